@@ -1,0 +1,38 @@
+// normcheck: numerical verification of normalization layers. The CLI only parses arguments
+// and calls the libraries.
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <exception>
+
+#include "commands.hpp"
+#include "normcheck/version.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"normcheck: certified conformance testing for LayerNorm, RMSNorm and residual placements"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", normcheck::kVersion);
+
+  auto* version = app.add_subcommand("version", "Print the version of normcheck and of its formats");
+  version->callback([] {});
+  normcheck::cli::Runner run_reference = normcheck::cli::add_reference_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : normcheck::cli::kExitBadInput;
+  }
+  try {
+    if (version->parsed()) {
+      fmt::print("normcheck {}\n", normcheck::kVersion);
+      fmt::print("case-json 1\n");
+      return 0;
+    }
+    if (app.got_subcommand("reference")) return run_reference();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "normcheck: internal error: {}\n", e.what());
+    return normcheck::cli::kExitInternal;
+  }
+  return normcheck::cli::kExitBadInput;
+}

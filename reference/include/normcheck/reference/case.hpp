@@ -1,0 +1,90 @@
+// A case: one normalization problem instance, in the vocabulary of ../../DESIGN (shared/DESIGN.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "normcheck/reference/dtype.hpp"
+
+namespace normcheck::ref {
+
+enum class Op : std::uint8_t { layernorm, rmsnorm };
+enum class Affine : std::uint8_t { none, weight, weight_bias };
+enum class Residual : std::uint8_t { none, add, add_bias };
+enum class Block : std::uint8_t { none, post, pre, sandwich, deepnorm };
+enum class Direction : std::uint8_t { forward, backward };
+
+std::string_view name_of(Op);
+std::string_view name_of(Affine);
+std::string_view name_of(Residual);
+std::string_view name_of(Block);
+std::string_view name_of(Direction);
+
+// A dense row-major tensor whose elements are values of `dtype`, held exactly as binary64.
+struct Tensor {
+  DType dtype = DType::float32;
+  std::vector<std::int64_t> shape;
+  std::vector<double> data;
+
+  std::int64_t numel() const;
+};
+
+// Raised for any invalid case; `field` names what is wrong ("epsilon", "inputs/weight" ...).
+class CaseError : public std::runtime_error {
+ public:
+  CaseError(std::string field, const std::string& message);
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+struct Case {
+  Op op = Op::layernorm;
+  // ONNX semantics: normalize over dims [axis, rank); negative counts from the end.
+  std::int64_t axis = -1;
+  // Explicit normalized dims (any order given, used sorted); overrides `axis` when present.
+  std::optional<std::vector<std::int64_t>> axes;
+  double epsilon = 1e-5;
+  Affine affine = Affine::weight_bias;
+  double weight_offset = 0.0;  // scale = weight_offset + weight (Gemma-style zero-centred: 1)
+  Residual residual = Residual::none;
+  double alpha = 1.0;  // h = alpha * x + residual (+ residual_bias)
+  Block block = Block::none;
+  Direction direction = Direction::forward;
+  std::string contract = "exact";
+  DType dtype_x = DType::float32;
+  DType dtype_param = DType::float32;
+  DType dtype_out = DType::float32;
+  DType dtype_compute = DType::float32;
+  DType dtype_residual = DType::float32;  // dtype of `residual` input and `residual_out`
+
+  // inputs: x, and as the case needs: weight, bias, residual, residual_bias, dy
+  std::map<std::string, Tensor> inputs;
+};
+
+// Where the normalized dims are: rows are the index set of the other dims (in order),
+// columns the index set of the normalized dims (in order). Offsets are into the row-major x.
+struct Geometry {
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> norm_dims;   // sorted
+  std::vector<std::int64_t> param_shape;  // extents of the normalized dims
+  std::vector<std::int64_t> stat_shape;   // shape with normalized dims set to 1
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::vector<std::int64_t> row_base;   // offset of element (row, 0)
+  std::vector<std::int64_t> col_delta;  // offset of element (row, c) minus row_base[row]
+};
+
+// Hard limits that keep an absurd case from exhausting memory: reported as CaseError.
+inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 31;
+inline constexpr std::int64_t kMaxRank = 8;
+
+Geometry geometry_of(const Case& c);  // validates shape/axis; throws CaseError
+void validate(const Case& c);         // full validation; throws CaseError
+
+}  // namespace normcheck::ref

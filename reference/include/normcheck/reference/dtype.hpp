@@ -1,0 +1,61 @@
+// Floating-point formats of the suite and exact rounding into them.
+//
+// Every value of every supported format (binary64, binary32, binary16, bfloat16) is exactly a
+// binary64 value, so tensors hold their elements as `double` together with a DType tag; a
+// value is "in" a dtype when rounding it to that dtype leaves it unchanged.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace normcheck::ref {
+
+enum class DType : std::uint8_t { float64, float32, float16, bfloat16 };
+
+// IEEE-style binary format: `precision` significand bits (hidden bit included); the smallest
+// positive normal is 2^min_exp and the largest finite is (2 - 2^(1-precision)) * 2^max_exp.
+struct Format {
+  int precision;
+  int min_exp;
+  int max_exp;
+};
+
+constexpr Format format_of(DType t) {
+  switch (t) {
+    case DType::float64: return {53, -1022, 1023};
+    case DType::float32: return {24, -126, 127};
+    case DType::float16: return {11, -14, 15};
+    case DType::bfloat16: return {8, -126, 127};
+  }
+  return {53, -1022, 1023};
+}
+
+std::string_view name_of(DType t);
+std::optional<DType> parse_dtype(std::string_view name);
+// Unit roundoff u = 2^-precision of the format (half an ulp of 1).
+double unit_roundoff(DType t);
+// Largest finite value of the format.
+double max_finite(DType t);
+
+// Round a binary64 value to `t` with round-to-nearest-even, gradual underflow and overflow to
+// infinity, exactly (no double rounding: the input is exact). NaN and infinities pass through.
+double round_to(double v, DType t);
+inline bool representable(double v, DType t) { return v != v || round_to(v, t) == v; }
+
+// Distances from a value `t` of the format to the rounding boundaries around it: values within
+// (t - below, t + above) round to t (boundaries themselves go to the even neighbour).
+// Both are powers of two. For t = max finite, `above` is half an ulp (beyond it: infinity).
+struct RoundingGap {
+  double below;
+  double above;
+};
+RoundingGap rounding_gap(double t, DType fmt);
+
+// Hex-float text of a binary64 value ("0x1.8p+0"; "nan", "inf", "-inf"), and the shortest
+// decimal text that reads back to the same value of dtype `t`.
+std::string hex_text(double v);
+std::string decimal_text(double v, DType t);
+
+}  // namespace normcheck::ref

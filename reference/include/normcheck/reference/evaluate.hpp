@@ -1,0 +1,47 @@
+// The certified reference: evaluate a case exactly and round every output correctly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "normcheck/reference/case.hpp"
+
+namespace normcheck::ref {
+
+struct Options {
+  // Ziv loop: working precision starts at `start_bits` and doubles up to `max_bits`; an element
+  // whose rounding is still undecided there is reported with certified = 0.
+  int start_bits = 96;
+  int max_bits = 2048;
+  // Decide most elements with double-double arithmetic and a proved error bound, and use MPFR
+  // only where that leaves the rounding open. false: MPFR for every element (for testing).
+  bool fast_path = true;
+};
+
+// One output tensor. `value` holds the correctly rounded values in the output's dtype,
+// `f64` the exact value rounded to binary64, `certified` 1 where both roundings are decided.
+struct Output {
+  Tensor value;
+  std::vector<double> f64;
+  std::vector<std::uint8_t> certified;
+};
+
+struct Stats {
+  std::int64_t elements = 0;      // output elements produced
+  std::int64_t fast = 0;          // decided by the double-double path
+  std::int64_t slow = 0;          // decided by MPFR
+  std::int64_t uncertified = 0;   // undecided at max_bits
+  int max_bits_used = 0;
+};
+
+struct Result {
+  std::map<std::string, Output> outputs;  // y, mean, rstd, residual_out / dx, dweight, ...
+  Stats stats;
+};
+
+// Throws CaseError for an invalid case.
+Result evaluate(const Case& c, const Options& opt = {});
+
+}  // namespace normcheck::ref

@@ -1,0 +1,199 @@
+#include "normcheck/reference/case.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "normcheck/reference/contract.hpp"
+
+namespace normcheck::ref {
+
+std::string_view name_of(Op v) { return v == Op::layernorm ? "layernorm" : "rmsnorm"; }
+std::string_view name_of(Affine v) {
+  switch (v) {
+    case Affine::none: return "none";
+    case Affine::weight: return "weight";
+    case Affine::weight_bias: return "weight_bias";
+  }
+  return "?";
+}
+std::string_view name_of(Residual v) {
+  switch (v) {
+    case Residual::none: return "none";
+    case Residual::add: return "add";
+    case Residual::add_bias: return "add_bias";
+  }
+  return "?";
+}
+std::string_view name_of(Block v) {
+  switch (v) {
+    case Block::none: return "none";
+    case Block::post: return "post";
+    case Block::pre: return "pre";
+    case Block::sandwich: return "sandwich";
+    case Block::deepnorm: return "deepnorm";
+  }
+  return "?";
+}
+std::string_view name_of(Direction v) { return v == Direction::forward ? "forward" : "backward"; }
+
+std::int64_t Tensor::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+CaseError::CaseError(std::string field, const std::string& message)
+    : std::runtime_error(field + ": " + message), field_(std::move(field)) {}
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+void check_shape(const std::string& field, const std::vector<std::int64_t>& shape) {
+  if (shape.empty()) throw CaseError(field, "rank 0 (a scalar) cannot be normalized; give a shape");
+  if (static_cast<std::int64_t>(shape.size()) > kMaxRank)
+    throw CaseError(field, "rank " + std::to_string(shape.size()) + " exceeds the limit of " +
+                               std::to_string(kMaxRank));
+  std::int64_t n = 1;
+  for (auto d : shape) {
+    if (d < 1) throw CaseError(field, "dimension " + std::to_string(d) + " in shape " + shape_text(shape) + " is not positive");
+    if (d > kMaxElements || n > kMaxElements / d)
+      throw CaseError(field, "shape " + shape_text(shape) + " has more than 2^31 elements");
+    n *= d;
+  }
+}
+
+}  // namespace
+
+Geometry geometry_of(const Case& c) {
+  auto it = c.inputs.find("x");
+  if (it == c.inputs.end()) throw CaseError("inputs/x", "missing");
+  const Tensor& x = it->second;
+  check_shape("inputs/x", x.shape);
+  const auto rank = static_cast<std::int64_t>(x.shape.size());
+
+  Geometry g;
+  g.shape = x.shape;
+  if (c.axes) {
+    if (c.axes->empty()) throw CaseError("axes", "empty list: give at least one normalized dim");
+    for (auto a : *c.axes) {
+      if (a < -rank || a >= rank)
+        throw CaseError("axes", "dim " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
+      g.norm_dims.push_back(a < 0 ? a + rank : a);
+    }
+    std::sort(g.norm_dims.begin(), g.norm_dims.end());
+    if (std::adjacent_find(g.norm_dims.begin(), g.norm_dims.end()) != g.norm_dims.end())
+      throw CaseError("axes", "a dim is listed twice");
+  } else {
+    if (c.axis < -rank || c.axis >= rank)
+      throw CaseError("axis", std::to_string(c.axis) + " out of range for rank " + std::to_string(rank) +
+                                  " (valid: " + std::to_string(-rank) + ".." + std::to_string(rank - 1) + ")");
+    for (auto d = c.axis < 0 ? c.axis + rank : c.axis; d < rank; ++d) g.norm_dims.push_back(d);
+  }
+
+  std::vector<bool> is_norm(rank, false);
+  for (auto d : g.norm_dims) is_norm[d] = true;
+  std::vector<std::int64_t> stride(rank, 1);
+  for (auto d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * x.shape[d + 1];
+
+  std::vector<std::int64_t> row_dims;
+  g.stat_shape = x.shape;
+  for (std::int64_t d = 0; d < rank; ++d) {
+    if (is_norm[d]) {
+      g.param_shape.push_back(x.shape[d]);
+      g.stat_shape[d] = 1;
+    } else {
+      row_dims.push_back(d);
+    }
+  }
+  // Enumerate offsets of a dim set in row-major order of that set.
+  auto offsets = [&](const std::vector<std::int64_t>& dims) {
+    std::vector<std::int64_t> out{0};
+    for (auto d : dims) {
+      std::vector<std::int64_t> next;
+      next.reserve(out.size() * x.shape[d]);
+      for (auto base : out)
+        for (std::int64_t i = 0; i < x.shape[d]; ++i) next.push_back(base + i * stride[d]);
+      out = std::move(next);
+    }
+    return out;
+  };
+  g.row_base = offsets(row_dims);
+  g.col_delta = offsets(g.norm_dims);
+  g.rows = static_cast<std::int64_t>(g.row_base.size());
+  g.cols = static_cast<std::int64_t>(g.col_delta.size());
+  return g;
+}
+
+namespace {
+
+void check_tensor(const Case& c, const std::string& name, DType want,
+                  const std::vector<std::int64_t>& shape) {
+  const std::string field = "inputs/" + name;
+  auto it = c.inputs.find(name);
+  if (it == c.inputs.end()) throw CaseError(field, "missing (required by this case)");
+  const Tensor& t = it->second;
+  if (t.dtype != want)
+    throw CaseError(field, "dtype " + std::string(name_of(t.dtype)) + " but the case says " +
+                               std::string(name_of(want)));
+  if (t.shape != shape)
+    throw CaseError(field, "shape " + shape_text(t.shape) + " but " + shape_text(shape) + " is required");
+  if (static_cast<std::int64_t>(t.data.size()) != t.numel())
+    throw CaseError(field, std::to_string(t.data.size()) + " values for shape " + shape_text(t.shape));
+  for (size_t i = 0; i < t.data.size(); ++i)
+    if (!representable(t.data[i], t.dtype))
+      throw CaseError(field, "element " + std::to_string(i) + " = " + hex_text(t.data[i]) + " is not a " +
+                                 std::string(name_of(t.dtype)) + " value");
+}
+
+}  // namespace
+
+void validate(const Case& c) {
+  const Geometry g = geometry_of(c);
+  if (!std::isfinite(c.epsilon) || c.epsilon < 0)
+    throw CaseError("epsilon", hex_text(c.epsilon) + " must be finite and >= 0");
+  if (!std::isfinite(c.alpha)) throw CaseError("alpha", "must be finite");
+  if (!std::isfinite(c.weight_offset)) throw CaseError("weight_offset", "must be finite");
+  if (c.weight_offset != 0.0 && c.affine == Affine::none)
+    throw CaseError("weight_offset", "set but affine is none (there is no weight to offset)");
+  if (c.block != Block::none)
+    throw CaseError("block", "'" + std::string(name_of(c.block)) +
+                                 "' is not evaluated by this version of the reference (only 'none')");
+  if (!parse_contract(c.contract)) throw CaseError("contract", "unknown contract '" + c.contract + "'");
+
+  check_tensor(c, "x", c.dtype_x, g.shape);
+  std::vector<std::string> known{"x"};
+  if (c.affine != Affine::none) {
+    check_tensor(c, "weight", c.dtype_param, g.param_shape);
+    known.push_back("weight");
+  }
+  if (c.affine == Affine::weight_bias) {
+    check_tensor(c, "bias", c.dtype_param, g.param_shape);
+    known.push_back("bias");
+  }
+  if (c.residual != Residual::none) {
+    check_tensor(c, "residual", c.dtype_residual, g.shape);
+    known.push_back("residual");
+  }
+  if (c.residual == Residual::add_bias) {
+    check_tensor(c, "residual_bias", c.dtype_param, g.param_shape);
+    known.push_back("residual_bias");
+  }
+  if (c.direction == Direction::backward) {
+    check_tensor(c, "dy", c.dtype_out, g.shape);
+    known.push_back("dy");
+  }
+  for (const auto& [name, t] : c.inputs)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw CaseError("inputs/" + name, "not used by this case (op " + std::string(name_of(c.op)) + ", affine " +
+                                            std::string(name_of(c.affine)) + ", residual " +
+                                            std::string(name_of(c.residual)) + ", " +
+                                            std::string(name_of(c.direction)) + ")");
+}
+
+}  // namespace normcheck::ref

@@ -1,0 +1,88 @@
+#include "normcheck/reference/dtype.hpp"
+
+#include <cfenv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace normcheck::ref {
+
+std::string_view name_of(DType t) {
+  switch (t) {
+    case DType::float64: return "float64";
+    case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(std::string_view n) {
+  if (n == "float64" || n == "f64" || n == "double") return DType::float64;
+  if (n == "float32" || n == "f32" || n == "float") return DType::float32;
+  if (n == "float16" || n == "f16" || n == "half") return DType::float16;
+  if (n == "bfloat16" || n == "bf16") return DType::bfloat16;
+  return std::nullopt;
+}
+
+double unit_roundoff(DType t) { return std::ldexp(1.0, -format_of(t).precision); }
+
+double max_finite(DType t) {
+  const Format f = format_of(t);
+  return std::ldexp(2.0 - std::ldexp(1.0, 1 - f.precision), f.max_exp);
+}
+
+double round_to(double v, DType t) {
+  if (t == DType::float64 || !std::isfinite(v) || v == 0.0) return v;
+  const Format f = format_of(t);
+  int e = 0;
+  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
+  // Exponent of the ulp of v in the target format: gradual underflow below 2^min_exp.
+  const int q = std::max(e - 1, f.min_exp) - (f.precision - 1);
+  // v * 2^-q is exact (a power-of-two scaling that neither overflows nor underflows here),
+  // and nearbyint in the default mode rounds to the nearest integer, ties to even.
+  const double scaled = std::ldexp(v, -q);
+  const double r = std::ldexp(std::nearbyint(scaled), q);
+  if (std::fabs(r) > max_finite(t)) return std::copysign(std::numeric_limits<double>::infinity(), v);
+  return r;
+}
+
+RoundingGap rounding_gap(double t, DType fmt) {
+  const Format f = format_of(fmt);
+  const double min_sub = std::ldexp(1.0, f.min_exp - f.precision + 1);
+  if (t == 0.0) return {min_sub / 2, min_sub / 2};
+  int e = 0;
+  const double m = std::frexp(std::fabs(t), &e);
+  const int q = std::max(e - 1, f.min_exp) - (f.precision - 1);
+  const double half_ulp = std::ldexp(1.0, q - 1);
+  // At a power of two above the subnormal range the next value toward zero is half an ulp
+  // away, so the boundary on that side is a quarter ulp away.
+  const bool binade_start = (m == 0.5) && (e - 1 > f.min_exp);
+  const double toward_zero = binade_start ? half_ulp / 2 : half_ulp;
+  if (t > 0) return {toward_zero, half_ulp};
+  return {half_ulp, toward_zero};
+}
+
+std::string hex_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+
+std::string decimal_text(double v, DType t) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    const double back = std::strtod(buf, nullptr);
+    if (back == v || (t != DType::float64 && round_to(back, t) == v)) return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace normcheck::ref

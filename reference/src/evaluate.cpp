@@ -1,0 +1,650 @@
+// The certified reference. See ../README.md ("How a value is certified") for the argument.
+#include "normcheck/reference/evaluate.hpp"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "ddouble.hpp"
+#include "exact.hpp"
+#include "normcheck/reference/contract.hpp"
+
+namespace normcheck::ref {
+namespace {
+
+using detail::Approx;
+using detail::Enclosure;
+using detail::Rational;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The rounding points of the case's contract, resolved to dtypes.
+struct Points {
+  std::optional<DType> h, xhat, scale, mul;
+};
+
+Points resolve(const Case& c) {
+  Points p;
+  const std::optional<Contract> contract = parse_contract(c.contract);
+  if (!contract) throw CaseError("contract", "unknown contract '" + c.contract + "'");
+  const std::vector<RoundingPoint> points = contract->points;
+  for (const auto& rp : points) {
+    DType t = c.dtype_out;
+    switch (rp.to) {
+      case DTypeRole::x: t = c.dtype_x; break;
+      case DTypeRole::param: t = c.dtype_param; break;
+      case DTypeRole::compute: t = c.dtype_compute; break;
+      case DTypeRole::out: t = c.dtype_out; break;
+      case DTypeRole::residual: t = c.dtype_residual; break;
+    }
+    switch (rp.point) {
+      case Point::h: p.h = t; break;
+      case Point::xhat: p.xhat = t; break;
+      case Point::scale: p.scale = t; break;
+      case Point::mul: p.mul = t; break;
+    }
+  }
+  return p;
+}
+
+Output make_output(DType t, const std::vector<std::int64_t>& shape) {
+  Output o;
+  o.value.dtype = t;
+  o.value.shape = shape;
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  o.value.data.assign(static_cast<size_t>(n), kNaN);
+  o.f64.assign(static_cast<size_t>(n), kNaN);
+  o.certified.assign(static_cast<size_t>(n), 1);
+  return o;
+}
+
+void set_exact(Output& o, std::int64_t i, const Rational& q) {
+  o.value.data[i] = detail::round_rational(q, o.value.dtype);
+  o.f64[i] = detail::round_rational(q, DType::float64);
+  o.certified[i] = 1;
+}
+
+void set_ieee(Output& o, std::int64_t i, double v) {  // v exact (a non-finite or exactly known value)
+  o.value.data[i] = round_to(v, o.value.dtype);
+  o.f64[i] = v;
+  o.certified[i] = 1;
+}
+
+bool is_perfect_square(const Rational& q) {
+  return mpq_sgn(q.backend().data()) >= 0 && mpz_perfect_square_p(mpq_numref(q.backend().data())) &&
+         mpz_perfect_square_p(mpq_denref(q.backend().data()));
+}
+
+Rational rational_rstd(const Rational& q) {  // q a perfect square of a rational, q > 0
+  Rational r;
+  mpz_sqrt(mpq_numref(r.backend().data()), mpq_denref(q.backend().data()));
+  mpz_sqrt(mpq_denref(r.backend().data()), mpq_numref(q.backend().data()));
+  mpq_canonicalize(r.backend().data());
+  return r;
+}
+
+// h = alpha*x + residual (+ residual_bias) as a binary64 when that is exact.
+std::optional<double> exact_h_double(double alpha, double x, double r, double rb) {
+  double p, e;
+  detail::two_prod(alpha, x, p, e);
+  if (!std::isfinite(p) || e != 0 || !detail::in_safe_range(p)) return std::nullopt;
+  double s = p, t;
+  detail::two_sum(s, r, s, t);
+  if (!std::isfinite(s) || t != 0) return std::nullopt;
+  detail::two_sum(s, rb, s, t);
+  if (!std::isfinite(s) || t != 0) return std::nullopt;
+  return s;
+}
+
+// Everything known about one row once its statistics are exact.
+struct Row {
+  std::int64_t index = 0;
+  bool has_nan = false;
+  bool has_inf = false;
+  bool all_double = true;            // every h exactly a binary64 in the fast domain
+  std::vector<double> h;             // when all_double
+  std::vector<Rational> hq;          // otherwise
+  Rational mu;                       // LayerNorm mean (0 for RMSNorm)
+  Rational q;                        // var + eps  (or mean square + eps)
+  bool q_zero = false;
+  bool r_rational = false;
+  Rational r;                        // rstd when rational
+  Approx mu_a, r_a;                  // fast-path approximations (may be invalid)
+  // Cached rstd enclosure at the last precision asked for.
+  int encl_bits = 0;
+  std::optional<Enclosure> r_encl;
+
+  Rational h_exact(std::int64_t c) const { return all_double ? detail::exact(h[c]) : hq[c]; }
+
+  const Enclosure& rstd(int bits) {
+    if (encl_bits != bits) {
+      r_encl.emplace(bits);
+      detail::enclose_rstd(*r_encl, q);
+      encl_bits = bits;
+    }
+    return *r_encl;
+  }
+};
+
+Approx approx_of(const Rational& v) {  // |v - (hi + lo)| <= 2^-104 |v|
+  detail::Real m(160), rest(160);
+  const int inexact = mpfr_set_q(m.get(), v.backend().data(), MPFR_RNDN);
+  const double hi = mpfr_get_d(m.get(), MPFR_RNDN);
+  mpfr_sub_d(rest.get(), m.get(), hi, MPFR_RNDN);
+  const double lo = mpfr_get_d(rest.get(), MPFR_RNDN);
+  if (!std::isfinite(hi) || !detail::in_safe_range(hi) || !detail::in_safe_range(lo)) return detail::invalid();
+  const bool exact = inexact == 0 && mpfr_cmp_d(rest.get(), lo) == 0;
+  return {hi, lo, exact ? 0.0 : 0x1p-104 * std::fabs(hi)};
+}
+
+Approx approx_rstd(const Rational& q) {  // q > 0
+  detail::Real qq(200), r(160), rest(160);
+  mpfr_set_q(qq.get(), q.backend().data(), MPFR_RNDN);
+  mpfr_rec_sqrt(r.get(), qq.get(), MPFR_RNDN);
+  const double hi = mpfr_get_d(r.get(), MPFR_RNDN);
+  mpfr_sub_d(rest.get(), r.get(), hi, MPFR_RNDN);
+  const double lo = mpfr_get_d(rest.get(), MPFR_RNDN);
+  if (!detail::in_safe_range(hi) || hi == 0 || !std::isfinite(hi)) return detail::invalid();
+  return {hi, lo, 0x1p-104 * std::fabs(hi)};
+}
+
+class Evaluator {
+ public:
+  Evaluator(const Case& c, const Options& opt) : c_(c), opt_(opt), g_(geometry_of(c)), pts_(resolve(c)) {
+    const auto get = [&](const char* name) -> const Tensor* {
+      auto it = c.inputs.find(name);
+      return it == c.inputs.end() ? nullptr : &it->second;
+    };
+    x_ = get("x");
+    w_ = c.affine != Affine::none ? get("weight") : nullptr;
+    b_ = c.affine == Affine::weight_bias ? get("bias") : nullptr;
+    res_ = c.residual != Residual::none ? get("residual") : nullptr;
+    rb_ = c.residual == Residual::add_bias ? get("residual_bias") : nullptr;
+    dy_ = c.direction == Direction::backward ? get("dy") : nullptr;
+    n_ = Rational(g_.cols);
+    eps_ = detail::exact(c.epsilon);
+    alpha_ = detail::exact(c.alpha);
+  }
+
+  Result run() {
+    Result res;
+    if (c_.direction == Direction::forward) forward(res);
+    else backward(res);
+    for (const auto& [name, o] : res.outputs) {
+      (void)name;
+      res.stats.elements += static_cast<std::int64_t>(o.certified.size());
+      for (auto f : o.certified) res.stats.uncertified += f == 0;
+    }
+    res.stats.fast = fast_;
+    res.stats.slow = slow_;
+    res.stats.max_bits_used = max_bits_used_;
+    return res;
+  }
+
+ private:
+  std::int64_t off(std::int64_t row, std::int64_t col) const { return g_.row_base[row] + g_.col_delta[col]; }
+
+  // Builds h for a row (after the contract's h rounding) and its exact statistics.
+  Row make_row(std::int64_t row) {
+    Row r;
+    r.index = row;
+    const auto n = g_.cols;
+    r.h.resize(n);
+    // h is kept as binary64 where that is exact and inside the fast domain [2^-480, 2^480]
+    // (so h*h splits exactly into two doubles); otherwise as a rational.
+    std::vector<std::optional<Rational>> wide(n);
+    bool any_wide = false;
+    for (std::int64_t col = 0; col < n; ++col) {
+      const auto i = off(row, col);
+      const double x = x_->data[i];
+      const double rv = res_ ? res_->data[i] : 0.0;
+      const double rbv = rb_ ? rb_->data[col] : 0.0;
+      if (!std::isfinite(x) || !std::isfinite(rv) || !std::isfinite(rbv)) {
+        const double h = c_.alpha * x + rv + rbv;  // IEEE propagation of the non-finite input
+        r.h[col] = h;
+        r.has_nan |= std::isnan(h);
+        r.has_inf |= std::isinf(h);
+        continue;
+      }
+      double hv;
+      if (auto hd = exact_h_double(c_.alpha, x, rv, rbv)) {
+        hv = pts_.h ? round_to(*hd, *pts_.h) : *hd;
+      } else {
+        Rational hq = alpha_ * detail::exact(x) + detail::exact(rv) + detail::exact(rbv);
+        if (!pts_.h) {
+          r.h[col] = kNaN;
+          wide[col] = std::move(hq);
+          any_wide = true;
+          continue;
+        }
+        hv = detail::round_rational(hq, *pts_.h);  // may overflow to inf, as the kernel's would
+      }
+      r.h[col] = hv;
+      if (std::isinf(hv)) {
+        r.has_inf = true;
+      } else if (hv != 0 && (std::fabs(hv) < 0x1p-480 || std::fabs(hv) > 0x1p480)) {
+        wide[col] = detail::exact(hv);
+        any_wide = true;
+      }
+    }
+    if (r.has_nan || r.has_inf) return r;  // statistics are not used
+    if (any_wide) {
+      r.all_double = false;
+      r.hq.resize(n);
+      for (std::int64_t col = 0; col < n; ++col) r.hq[col] = wide[col] ? *wide[col] : detail::exact(r.h[col]);
+    }
+
+    Rational sum, sumsq;
+    if (r.all_double) {
+      detail::LongAccumulator s, s2;
+      for (double h : r.h) {
+        s.add(h);
+        double p, e;
+        detail::two_prod(h, h, p, e);
+        s2.add(p);
+        s2.add(e);
+      }
+      sum = s.value();
+      sumsq = s2.value();
+    } else {
+      for (const auto& h : r.hq) {
+        sum += h;
+        sumsq += h * h;
+      }
+    }
+    if (c_.op == Op::layernorm) {
+      r.mu = sum / n_;
+      r.q = sumsq / n_ - r.mu * r.mu + eps_;
+    } else {
+      r.q = sumsq / n_ + eps_;
+    }
+    r.q_zero = mpq_sgn(r.q.backend().data()) == 0;
+    if (!r.q_zero && is_perfect_square(r.q)) {
+      r.r_rational = true;
+      r.r = rational_rstd(r.q);
+    }
+    if (opt_.fast_path && r.all_double && !r.q_zero) {
+      r.mu_a = c_.op == Op::layernorm ? approx_of(r.mu) : Approx{};
+      r.r_a = approx_rstd(r.q);
+    } else {
+      r.mu_a = r.r_a = detail::invalid();
+    }
+    return r;
+  }
+
+  Rational scale_exact(std::int64_t col) const {
+    Rational s = detail::exact(c_.weight_offset) + detail::exact(w_->data[col]);
+    if (pts_.scale) s = detail::exact(detail::round_rational(s, *pts_.scale));
+    return s;
+  }
+
+  // ---- forward ---------------------------------------------------------------------------
+  void forward(Result& res) {
+    Output y = make_output(c_.dtype_out, g_.shape);
+    Output mean = make_output(c_.dtype_compute, g_.stat_shape);
+    Output rstd = make_output(c_.dtype_compute, g_.stat_shape);
+    Output rout = make_output(c_.dtype_residual, g_.shape);
+    const bool ln = c_.op == Op::layernorm;
+
+    // Scale and bias per column: exact scale as double-double when possible.
+    std::vector<Approx> scale_a(g_.cols);
+    std::vector<char> param_nonfinite(g_.cols, 0);
+    for (std::int64_t col = 0; col < g_.cols; ++col) {
+      if (!w_) continue;
+      const double w = w_->data[col];
+      const double b = b_ ? b_->data[col] : 0.0;
+      if (!std::isfinite(w) || !std::isfinite(b)) {
+        param_nonfinite[col] = 1;
+        continue;
+      }
+      double s, e;
+      detail::two_sum(c_.weight_offset, w, s, e);
+      Approx a{s, e, 0};
+      if (pts_.scale) {
+        double v;
+        if (detail::decide(a, *pts_.scale, v)) a = {v, 0, 0};
+        else a = detail::exact_value(detail::round_rational(scale_exact(col), DType::float64));
+      }
+      scale_a[col] = detail::in_safe_range(a.hi) ? a : detail::invalid();
+    }
+
+    for (std::int64_t row = 0; row < g_.rows; ++row) {
+      Row r = make_row(row);
+      // residual_out: h rounded to the residual dtype (h itself if the contract rounded it).
+      if (res_)
+        for (std::int64_t col = 0; col < g_.cols; ++col) {
+          const auto i = off(row, col);
+          if (r.all_double || r.has_nan || r.has_inf) set_ieee(rout, i, r.h[col]);
+          else set_exact(rout, i, r.hq[col]);
+        }
+
+      if (r.has_nan || (r.has_inf && ln)) {
+        // IEEE: the mean is the sum of the infinities (NaN if mixed), everything else NaN.
+        if (ln) {
+          double m = 0;
+          for (double h : r.h) if (!std::isfinite(h)) m += h;
+          set_ieee(mean, row, r.has_nan ? kNaN : m);
+        }
+        set_ieee(rstd, row, kNaN);
+        for (std::int64_t col = 0; col < g_.cols; ++col) set_ieee(y, off(row, col), kNaN);
+        continue;
+      }
+      if (r.has_inf) {  // RMSNorm: rstd = 1/sqrt(inf) = 0, finite h give signed zeros
+        set_ieee(rstd, row, 0.0);
+        for (std::int64_t col = 0; col < g_.cols; ++col) {
+          const double xhat = r.h[col] * 0.0;  // NaN for the infinite ones
+          double v = xhat;
+          if (w_) v = v * (c_.weight_offset + w_->data[col]);
+          if (b_) v = v + b_->data[col];
+          set_ieee(y, off(row, col), v);
+        }
+        continue;
+      }
+      if (ln) set_exact(mean, row, r.mu);
+      if (r.q_zero) {  // eps = 0 and a constant (or all-zero) row: rstd = inf, y = 0 * inf = NaN
+        set_ieee(rstd, row, kInf);
+        for (std::int64_t col = 0; col < g_.cols; ++col) set_ieee(y, off(row, col), kNaN);
+        continue;
+      }
+      if (r.r_rational) set_exact(rstd, row, r.r);
+      else ziv_rstd(rstd, row, r);
+
+      for (std::int64_t col = 0; col < g_.cols; ++col) {
+        const auto i = off(row, col);
+        if (w_ && param_nonfinite[col]) {
+          nonfinite_param_element(y, i, r, col);
+          continue;
+        }
+        if (opt_.fast_path && fast_element(y, i, r, col, scale_a[col])) {
+          ++fast_;
+          continue;
+        }
+        ++slow_;
+        slow_element(y, i, r, col);
+      }
+    }
+    res.outputs.emplace("y", std::move(y));
+    if (ln) res.outputs.emplace("mean", std::move(mean));
+    res.outputs.emplace("rstd", std::move(rstd));
+    if (res_) res.outputs.emplace("residual_out", std::move(rout));
+  }
+
+  void ziv_rstd(Output& o, std::int64_t i, Row& r) {
+    for (int bits = opt_.start_bits;; bits *= 2) {
+      const Enclosure& e = r.rstd(bits);
+      double v, v64;
+      const bool ok = detail::decide(e, o.value.dtype, v) && detail::decide(e, DType::float64, v64);
+      max_bits_used_ = std::max(max_bits_used_, bits);
+      if (ok || bits * 2 > opt_.max_bits) {
+        o.value.data[i] = ok ? v : detail::round_real(e.lo.get(), o.value.dtype);
+        o.f64[i] = ok ? v64 : detail::round_real(e.lo.get(), DType::float64);
+        o.certified[i] = ok;
+        return;
+      }
+    }
+  }
+
+  bool fast_element(Output& y, std::int64_t i, const Row& r, std::int64_t col, const Approx& scale) {
+    if (!r.all_double || !r.r_a.valid()) return false;
+    Approx d = detail::exact_value(r.h[col]);
+    if (c_.op == Op::layernorm) d = detail::add(d, detail::neg(r.mu_a));
+    Approx v = detail::mul(d, r.r_a);
+    double t;
+    if (pts_.xhat) {
+      if (!detail::decide(v, *pts_.xhat, t)) return false;
+      v = detail::exact_value(t);
+    }
+    if (w_) {
+      v = detail::mul(v, scale);
+      if (pts_.mul) {
+        if (!detail::decide(v, *pts_.mul, t)) return false;
+        v = detail::exact_value(t);
+      }
+    }
+    if (b_) v = detail::add(v, detail::exact_value(b_->data[col]));
+    double out, out64;
+    if (!detail::decide(v, y.value.dtype, out) || !detail::decide(v, DType::float64, out64)) return false;
+    y.value.data[i] = out;
+    y.f64[i] = out64;
+    y.certified[i] = 1;
+    return true;
+  }
+
+  // Exact rationals when rstd is rational; otherwise MPFR enclosures, precision doubled until
+  // every rounding on the way is decided (Ziv).
+  void slow_element(Output& y, std::int64_t i, Row& r, std::int64_t col) {
+    Rational d = r.h_exact(col);
+    if (c_.op == Op::layernorm) d -= r.mu;
+    if (r.r_rational) {
+      Rational v = d * r.r;
+      if (pts_.xhat) v = detail::exact(detail::round_rational(v, *pts_.xhat));
+      if (w_) {
+        v *= scale_exact(col);
+        if (pts_.mul) v = detail::exact(detail::round_rational(v, *pts_.mul));
+      }
+      if (b_) v += detail::exact(b_->data[col]);
+      set_exact(y, i, v);
+      return;
+    }
+    for (int bits = opt_.start_bits;; bits *= 2) {
+      max_bits_used_ = std::max(max_bits_used_, bits);
+      const bool last = bits * 2 > opt_.max_bits;
+      Enclosure v(bits), t(bits);
+      detail::enclose(t, d);
+      detail::mul(v, t, r.rstd(bits));
+      double rounded;
+      bool open = false;
+      if (pts_.xhat) {
+        if (detail::decide(v, *pts_.xhat, rounded)) detail::enclose(v, rounded);
+        else open = true;
+      }
+      if (w_ && !open) {
+        detail::enclose(t, scale_exact(col));
+        Enclosure m(bits);
+        detail::mul(m, v, t);
+        std::swap(v, m);
+        if (pts_.mul) {
+          if (detail::decide(v, *pts_.mul, rounded)) detail::enclose(v, rounded);
+          else open = true;
+        }
+      }
+      if (b_ && !open) {
+        detail::enclose(t, b_->data[col]);
+        Enclosure s(bits);
+        detail::add(s, v, t);
+        std::swap(v, s);
+      }
+      double out = 0, out64 = 0;
+      const bool ok = !open && detail::decide(v, y.value.dtype, out) && detail::decide(v, DType::float64, out64);
+      if (ok || last) {
+        y.value.data[i] = ok ? out : detail::round_real(v.lo.get(), y.value.dtype);
+        y.f64[i] = ok ? out64 : detail::round_real(v.lo.get(), DType::float64);
+        y.certified[i] = ok;
+        return;
+      }
+    }
+  }
+
+  // A non-finite weight or bias: the result is non-finite whatever xhat's magnitude, so IEEE
+  // arithmetic on any value with xhat's sign (and zero-ness) gives it exactly.
+  void nonfinite_param_element(Output& y, std::int64_t i, Row& r, std::int64_t col) {
+    Rational d = r.h_exact(col);
+    if (c_.op == Op::layernorm) d -= r.mu;
+    const int sign = mpq_sgn(d.backend().data());
+    double v = sign == 0 ? 0.0 : (sign > 0 ? 1.0 : -1.0);
+    v = v * (c_.weight_offset + w_->data[col]);
+    if (b_) v = v + b_->data[col];
+    set_ieee(y, i, v);
+  }
+
+  // ---- backward --------------------------------------------------------------------------
+  // With g = dy*scale and d = h - mean (h for RMSNorm), the exact gradient is
+  //   dh_i = rstd * K_i,   K_i = g_i - mean(g) - d_i * mean(g*d) / q    (LayerNorm)
+  //                        K_i = g_i - d_i * mean(g*d) / q              (RMSNorm)
+  // since xhat*mean(g*xhat) = d * rstd^2 * mean(g*d) and rstd^2 = 1/q is rational. So every
+  // per-element gradient is an exact rational times rstd, and column sums are sums of such
+  // products, grouped by equal q so that identical rows combine exactly.
+  struct ColumnSum {
+    Rational rational_part;
+    std::map<Rational, Rational> by_q;  // q -> coefficient of 1/sqrt(q)
+    bool nan = false;
+  };
+
+  void add_term(ColumnSum& s, const Row& r, const Rational& coef) {
+    if (r.r_rational) s.rational_part += coef * r.r;
+    else s.by_q[r.q] += coef;
+  }
+
+  void backward(Result& res) {
+    Output dx = make_output(c_.dtype_x, g_.shape);
+    Output dres = make_output(c_.dtype_residual, g_.shape);
+    const bool ln = c_.op == Op::layernorm;
+    std::vector<ColumnSum> dweight(w_ ? g_.cols : 0), dresb(rb_ ? g_.cols : 0);
+    std::vector<Rational> dbias(b_ ? g_.cols : 0);
+    std::vector<char> dbias_nan(b_ ? g_.cols : 0, 0);
+    std::vector<double> dbias_ieee(b_ ? g_.cols : 0, 0.0);
+
+    for (std::int64_t row = 0; row < g_.rows; ++row) {
+      Row r = make_row(row);
+      bool row_nonfinite = r.has_nan || r.has_inf || r.q_zero;
+      for (std::int64_t col = 0; col < g_.cols; ++col) {
+        const double dy = dy_->data[off(row, col)];
+        if (!std::isfinite(dy)) row_nonfinite = true;
+        if (b_) {
+          if (std::isfinite(dy)) dbias[col] += detail::exact(dy);
+          else {
+            dbias_nan[col] = 1;
+            dbias_ieee[col] += dy;
+          }
+        }
+      }
+      if (w_)
+        for (std::int64_t col = 0; col < g_.cols; ++col)
+          if (!std::isfinite(w_->data[col])) row_nonfinite = true;
+      if (row_nonfinite) {
+        for (std::int64_t col = 0; col < g_.cols; ++col) {
+          set_ieee(dx, off(row, col), kNaN);
+          set_ieee(dres, off(row, col), kNaN);
+          if (w_) dweight[col].nan = true;
+          if (rb_) dresb[col].nan = true;
+        }
+        continue;
+      }
+      const auto n = g_.cols;
+      std::vector<Rational> gq(n), d(n);
+      Rational gsum, gdsum;
+      for (std::int64_t col = 0; col < n; ++col) {
+        const Rational dy = detail::exact(dy_->data[off(row, col)]);
+        gq[col] = w_ ? dy * (detail::exact(c_.weight_offset) + detail::exact(w_->data[col])) : dy;
+        d[col] = r.h_exact(col);
+        if (ln) d[col] -= r.mu;
+        gsum += gq[col];
+        gdsum += gq[col] * d[col];
+        if (w_) add_term(dweight[col], r, dy * d[col]);
+      }
+      const Rational gbar = gsum / n_;
+      const Rational c = gdsum / n_ / r.q;
+      for (std::int64_t col = 0; col < n; ++col) {
+        Rational k = gq[col] - d[col] * c;
+        if (ln) k -= gbar;
+        if (rb_) add_term(dresb[col], r, k);
+        times_rstd(dres, off(row, col), r, k);
+        times_rstd(dx, off(row, col), r, alpha_ * k);
+      }
+    }
+    res.outputs.emplace("dx", std::move(dx));
+    if (res_) res.outputs.emplace("dresidual", std::move(dres));
+    if (w_) res.outputs.emplace("dweight", column_sums(dweight));
+    if (b_) {
+      Output o = make_output(c_.dtype_param, g_.param_shape);
+      for (std::int64_t col = 0; col < g_.cols; ++col) {
+        if (dbias_nan[col]) set_ieee(o, col, dbias_ieee[col]);
+        else set_exact(o, col, dbias[col]);
+      }
+      res.outputs.emplace("dbias", std::move(o));
+    }
+    if (rb_) res.outputs.emplace("dresidual_bias", column_sums(dresb));
+  }
+
+  void times_rstd(Output& o, std::int64_t i, Row& r, const Rational& k) {
+    ++slow_;
+    if (r.r_rational || mpq_sgn(k.backend().data()) == 0) {
+      set_exact(o, i, r.r_rational ? Rational(k * r.r) : Rational(0));
+      return;
+    }
+    for (int bits = opt_.start_bits;; bits *= 2) {
+      max_bits_used_ = std::max(max_bits_used_, bits);
+      Enclosure v(bits), t(bits);
+      detail::enclose(t, k);
+      detail::mul(v, t, r.rstd(bits));
+      double out, out64;
+      const bool ok = detail::decide(v, o.value.dtype, out) && detail::decide(v, DType::float64, out64);
+      if (ok || bits * 2 > opt_.max_bits) {
+        o.value.data[i] = ok ? out : detail::round_real(v.lo.get(), o.value.dtype);
+        o.f64[i] = ok ? out64 : detail::round_real(v.lo.get(), DType::float64);
+        o.certified[i] = ok;
+        return;
+      }
+    }
+  }
+
+  Output column_sums(const std::vector<ColumnSum>& sums) {
+    Output o = make_output(c_.dtype_param, g_.param_shape);
+    for (std::int64_t col = 0; col < g_.cols; ++col) {
+      const ColumnSum& s = sums[col];
+      if (s.nan) {
+        set_ieee(o, col, kNaN);
+        continue;
+      }
+      bool all_zero = true;
+      for (const auto& [q, coef] : s.by_q) all_zero &= mpq_sgn(coef.backend().data()) == 0;
+      if (all_zero) {
+        set_exact(o, col, s.rational_part);
+        continue;
+      }
+      for (int bits = opt_.start_bits;; bits *= 2) {
+        max_bits_used_ = std::max(max_bits_used_, bits);
+        Enclosure acc(bits), t(bits), term(bits), rs(bits);
+        detail::enclose(acc, s.rational_part);
+        for (const auto& [q, coef] : s.by_q) {
+          detail::enclose(t, coef);
+          detail::enclose_rstd(rs, q);
+          detail::mul(term, t, rs);
+          Enclosure next(bits);
+          detail::add(next, acc, term);
+          std::swap(acc, next);
+        }
+        double out, out64;
+        const bool ok = detail::decide(acc, o.value.dtype, out) && detail::decide(acc, DType::float64, out64);
+        if (ok || bits * 2 > opt_.max_bits) {
+          o.value.data[col] = ok ? out : detail::round_real(acc.lo.get(), o.value.dtype);
+          o.f64[col] = ok ? out64 : detail::round_real(acc.lo.get(), DType::float64);
+          o.certified[col] = ok;
+          break;
+        }
+      }
+    }
+    return o;
+  }
+
+  const Case& c_;
+  const Options& opt_;
+  Geometry g_;
+  Points pts_;
+  const Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *res_ = nullptr, *rb_ = nullptr, *dy_ = nullptr;
+  Rational n_, eps_, alpha_;
+  std::int64_t fast_ = 0, slow_ = 0;
+  int max_bits_used_ = 0;
+};
+
+}  // namespace
+
+Result evaluate(const Case& c, const Options& opt) {
+  validate(c);
+  if (opt.start_bits < 64 || opt.max_bits < opt.start_bits)
+    throw CaseError("options", "start_bits must be >= 64 and max_bits >= start_bits");
+  return Evaluator(c, opt).run();
+}
+
+}  // namespace normcheck::ref

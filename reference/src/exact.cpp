@@ -1,0 +1,179 @@
+#include "exact.hpp"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace normcheck::ref::detail {
+
+__extension__ typedef unsigned __int128 u128;  // GCC/Clang extension, for the limb shift
+
+Rational exact(double v) {
+  Rational q;
+  mpq_set_d(q.backend().data(), v);  // exact for every finite binary64
+  return q;
+}
+
+double round_rational(const Rational& q, DType t) {
+  const Format f = format_of(t);
+  const mpq_srcptr qq = q.backend().data();
+  const int sign = mpq_sgn(qq);
+  if (sign == 0) return 0.0;
+  Integer num, den;
+  mpz_abs(num.backend().data(), mpq_numref(qq));
+  mpz_set(den.backend().data(), mpq_denref(qq));
+  // e with 2^(e-1) <= |q| < 2^e: start from the bit lengths, then correct by one comparison.
+  long e = static_cast<long>(mpz_sizeinbase(num.backend().data(), 2)) -
+           static_cast<long>(mpz_sizeinbase(den.backend().data(), 2));
+  // Now 2^(e-1) < |q| < 2^(e+1). Is |q| >= 2^e ?
+  {
+    Integer a = num, b = den;
+    if (e >= 0) mpz_mul_2exp(b.backend().data(), b.backend().data(), static_cast<mp_bitcnt_t>(e));
+    else mpz_mul_2exp(a.backend().data(), a.backend().data(), static_cast<mp_bitcnt_t>(-e));
+    if (mpz_cmp(a.backend().data(), b.backend().data()) >= 0) ++e;
+  }
+  if (e - 1 > f.max_exp + 1) return sign * std::numeric_limits<double>::infinity();
+  if (e - 1 < f.min_exp - f.precision - 1) return sign > 0 ? 0.0 : -0.0;  // below half min subnormal
+  const long u = std::max(e - 1, static_cast<long>(f.min_exp)) - (f.precision - 1);
+  // |q| / 2^u = num * 2^-u / den, rounded to an integer, ties to even.
+  Integer a = num, b = den;
+  if (u < 0) mpz_mul_2exp(a.backend().data(), a.backend().data(), static_cast<mp_bitcnt_t>(-u));
+  else mpz_mul_2exp(b.backend().data(), b.backend().data(), static_cast<mp_bitcnt_t>(u));
+  Integer quo, rem;
+  mpz_fdiv_qr(quo.backend().data(), rem.backend().data(), a.backend().data(), b.backend().data());
+  mpz_mul_2exp(rem.backend().data(), rem.backend().data(), 1);
+  const int c = mpz_cmp(rem.backend().data(), b.backend().data());
+  if (c > 0 || (c == 0 && mpz_odd_p(quo.backend().data()))) mpz_add_ui(quo.backend().data(), quo.backend().data(), 1);
+  // quo <= 2^precision fits a double exactly.
+  const double m = mpz_get_d(quo.backend().data());
+  const double r = std::ldexp(m, static_cast<int>(u));
+  if (r > max_finite(t)) return sign * std::numeric_limits<double>::infinity();
+  return sign > 0 ? r : -r;
+}
+
+double round_real(mpfr_srcptr x, DType t) {
+  if (mpfr_nan_p(x)) return std::numeric_limits<double>::quiet_NaN();
+  if (mpfr_inf_p(x)) return mpfr_sgn(x) > 0 ? std::numeric_limits<double>::infinity()
+                                            : -std::numeric_limits<double>::infinity();
+  if (mpfr_zero_p(x)) return mpfr_signbit(x) ? -0.0 : 0.0;
+  Rational q;
+  mpfr_get_q(q.backend().data(), x);  // exact
+  return round_rational(q, t);
+}
+
+void enclose(Enclosure& e, const Rational& q) {
+  mpfr_set_q(e.lo.get(), q.backend().data(), MPFR_RNDD);
+  mpfr_set_q(e.hi.get(), q.backend().data(), MPFR_RNDU);
+}
+
+void enclose(Enclosure& e, double v) {
+  mpfr_set_d(e.lo.get(), v, MPFR_RNDD);
+  mpfr_set_d(e.hi.get(), v, MPFR_RNDU);
+}
+
+void enclose_rstd(Enclosure& e, const Rational& q) {
+  // 1/sqrt is decreasing: the lower end comes from an upper bound of q and vice versa.
+  const int bits = static_cast<int>(mpfr_get_prec(e.lo.get()));
+  Real qlo(bits), qhi(bits);
+  mpfr_set_q(qlo.get(), q.backend().data(), MPFR_RNDD);
+  mpfr_set_q(qhi.get(), q.backend().data(), MPFR_RNDU);
+  mpfr_rec_sqrt(e.lo.get(), qhi.get(), MPFR_RNDD);
+  mpfr_rec_sqrt(e.hi.get(), qlo.get(), MPFR_RNDU);
+}
+
+void mul(Enclosure& out, const Enclosure& a, const Enclosure& b) {
+  // Sign-general interval product: the extremes are among the four endpoint products.
+  const int bits = static_cast<int>(mpfr_get_prec(out.lo.get()));
+  Real t(bits), lo(bits), hi(bits);
+  mpfr_srcptr as[2] = {a.lo.get(), a.hi.get()};
+  mpfr_srcptr bs[2] = {b.lo.get(), b.hi.get()};
+  mpfr_set_inf(lo.get(), 1);
+  mpfr_set_inf(hi.get(), -1);
+  for (auto x : as)
+    for (auto y : bs) {
+      mpfr_mul(t.get(), x, y, MPFR_RNDD);
+      if (mpfr_less_p(t.get(), lo.get())) mpfr_set(lo.get(), t.get(), MPFR_RNDD);
+      mpfr_mul(t.get(), x, y, MPFR_RNDU);
+      if (mpfr_greater_p(t.get(), hi.get())) mpfr_set(hi.get(), t.get(), MPFR_RNDU);
+    }
+  mpfr_set(out.lo.get(), lo.get(), MPFR_RNDD);
+  mpfr_set(out.hi.get(), hi.get(), MPFR_RNDU);
+}
+
+void add(Enclosure& out, const Enclosure& a, const Enclosure& b) {
+  mpfr_add(out.lo.get(), a.lo.get(), b.lo.get(), MPFR_RNDD);
+  mpfr_add(out.hi.get(), a.hi.get(), b.hi.get(), MPFR_RNDU);
+}
+
+bool decide(const Enclosure& e, DType t, double& out) {
+  const double lo = round_real(e.lo.get(), t);
+  const double hi = round_real(e.hi.get(), t);
+  if (lo != hi) return false;
+  // Both zero: +0 unless the whole enclosure is negative.
+  out = (lo == 0.0) ? (mpfr_sgn(e.hi.get()) < 0 ? -0.0 : 0.0) : lo;
+  return true;
+}
+
+void LongAccumulator::add(double v) {
+  const auto bits = std::bit_cast<std::uint64_t>(v);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  std::uint64_t mant = bits & ((std::uint64_t{1} << 52) - 1);
+  int lsb = kLsbExponent;  // exponent of the mantissa's last bit
+  if (biased != 0) {
+    mant |= std::uint64_t{1} << 52;
+    lsb = biased - 1075;
+  }
+  if (mant == 0) return;
+  const int pos = lsb - kLsbExponent;
+  const int limb = pos / 64;
+  const int shift = pos % 64;
+  const u128 wide = static_cast<u128>(mant) << shift;
+  std::uint64_t parts[2] = {static_cast<std::uint64_t>(wide), static_cast<std::uint64_t>(wide >> 64)};
+  if (!(bits >> 63)) {
+    std::uint64_t carry = 0;
+    for (int i = limb; i < kLimbs; ++i) {
+      const std::uint64_t add = (i - limb < 2 ? parts[i - limb] : 0);
+      const std::uint64_t s1 = limbs_[i] + add;
+      const std::uint64_t c1 = s1 < add;
+      const std::uint64_t s2 = s1 + carry;
+      const std::uint64_t c2 = s2 < carry;
+      limbs_[i] = s2;
+      carry = c1 | c2;
+      if (!carry && i - limb >= 1) break;
+    }
+  } else {
+    std::uint64_t borrow = 0;
+    for (int i = limb; i < kLimbs; ++i) {
+      const std::uint64_t sub = (i - limb < 2 ? parts[i - limb] : 0);
+      const std::uint64_t old = limbs_[i];
+      const std::uint64_t d1 = old - sub;
+      const std::uint64_t b1 = old < sub;
+      const std::uint64_t d2 = d1 - borrow;
+      const std::uint64_t b2 = d1 < borrow;
+      limbs_[i] = d2;
+      borrow = b1 | b2;
+      if (!borrow && i - limb >= 1) break;
+    }
+  }
+}
+
+Rational LongAccumulator::value() const {
+  const bool negative = limbs_[kLimbs - 1] >> 63;
+  std::array<std::uint64_t, kLimbs> mag = limbs_;
+  if (negative) {  // two's complement negation
+    std::uint64_t carry = 1;
+    for (auto& l : mag) {
+      l = ~l + carry;
+      carry = (carry && l == 0) ? 1 : 0;
+    }
+  }
+  Integer z;
+  mpz_import(z.backend().data(), kLimbs, -1, sizeof(std::uint64_t), 0, 0, mag.data());
+  if (negative) mpz_neg(z.backend().data(), z.backend().data());
+  Rational q;
+  mpq_set_z(q.backend().data(), z.backend().data());
+  mpq_div_2exp(q.backend().data(), q.backend().data(), static_cast<mp_bitcnt_t>(-kLsbExponent));
+  return q;
+}
+
+}  // namespace normcheck::ref::detail

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages normcheck needs to build and test. Idempotent: packages that are
+# already present are not reinstalled, and apt is not touched at all when nothing is missing.
+# Usage: scripts/install-deps.sh            (build + test dependencies)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libboost-dev libmpfr-dev libgmp-dev          # certified reference: Boost.Multiprecision over MPFR/GMP
+  libhdf5-dev                                   # golden fixtures (C and C++ APIs)
+  libgtest-dev libgmock-dev librapidcheck-dev   # tests and property tests
+  libbenchmark-dev                              # reference speed benchmark
+  libcli11-dev nlohmann-json3-dev libfmt-dev    # CLI, JSON case/results files, formatting
+  python3-mpmath python3-numpy                  # independent high-precision cross-check (tests)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
