@@ -103,7 +103,8 @@ struct Row {
   bool has_nan = false;
   bool has_inf = false;
   bool all_double = true;            // every h exactly a binary64 in the fast domain
-  std::vector<double> h;             // when all_double
+  std::vector<double> h;             // binary64 h (IEEE value where non-finite)
+  std::vector<char> wide;            // 1 where h is not a binary64 in the fast domain
   std::vector<Rational> hq;          // otherwise
   Rational mu;                       // LayerNorm mean (0 for RMSNorm)
   Rational q;                        // var + eps  (or mean square + eps)
@@ -194,6 +195,7 @@ class Evaluator {
     // h is kept as binary64 where that is exact and inside the fast domain [2^-480, 2^480]
     // (so h*h splits exactly into two doubles); otherwise as a rational.
     std::vector<std::optional<Rational>> wide(n);
+    r.wide.assign(n, 0);
     bool any_wide = false;
     for (std::int64_t col = 0; col < n; ++col) {
       const auto i = off(row, col);
@@ -213,7 +215,8 @@ class Evaluator {
       } else {
         Rational hq = alpha_ * detail::exact(x) + detail::exact(rv) + detail::exact(rbv);
         if (!pts_.h) {
-          r.h[col] = kNaN;
+          r.h[col] = kNaN;  // placeholder: the value is in hq
+          r.wide[col] = 1;
           wide[col] = std::move(hq);
           any_wide = true;
           continue;
@@ -228,12 +231,14 @@ class Evaluator {
         any_wide = true;
       }
     }
-    if (r.has_nan || r.has_inf) return r;  // statistics are not used
-    if (any_wide) {
+    if (any_wide) {  // non-finite entries keep their IEEE value in h and a placeholder here
       r.all_double = false;
       r.hq.resize(n);
-      for (std::int64_t col = 0; col < n; ++col) r.hq[col] = wide[col] ? *wide[col] : detail::exact(r.h[col]);
+      for (std::int64_t col = 0; col < n; ++col)
+        if (wide[col]) r.hq[col] = *wide[col];
+        else if (std::isfinite(r.h[col])) r.hq[col] = detail::exact(r.h[col]);
     }
+    if (r.has_nan || r.has_inf) return r;  // statistics are not used
 
     Rational sum, sumsq;
     if (r.all_double) {
@@ -315,8 +320,8 @@ class Evaluator {
       if (res_)
         for (std::int64_t col = 0; col < g_.cols; ++col) {
           const auto i = off(row, col);
-          if (r.all_double || r.has_nan || r.has_inf) set_ieee(rout, i, r.h[col]);
-          else set_exact(rout, i, r.hq[col]);
+          if (r.wide[col]) set_exact(rout, i, r.hq[col]);
+          else set_ieee(rout, i, r.h[col]);
         }
 
       if (r.has_nan || (r.has_inf && ln)) {

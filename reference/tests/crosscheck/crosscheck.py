@@ -207,10 +207,12 @@ def gen_case(seed: int, index: int) -> dict:
         inputs["dy"] = {"shape": shape,
                         "data": [hexval(in_dtype(rng.gauss(0, 1), dtype_out)) for _ in range(numel)]}
 
-    case = {"op": op, "affine": affine, "weight_offset": weight_offset, "residual": residual,
+    case = {"op": op, "affine": affine, "residual": residual,
             "alpha": alpha, "direction": direction, "contract": contract,
             "dtype_x": dtype_x, "dtype_param": dtype_param, "dtype_out": dtype_out,
             "dtype_compute": dtype_compute, "dtype_residual": dtype_residual, "inputs": inputs}
+    if affine != "none":  # weight_offset without a weight is an invalid case
+        case["weight_offset"] = weight_offset
     if axes is not None:
         case["axes"] = axes
     else:
@@ -570,7 +572,9 @@ def self_test() -> int:
                    inputs={"x": {"shape": [2], "data": [1, 1]},
                            "residual": {"shape": [2], "data": ["0x1p-11", "-0x1p-11"]}}))
     check(out["residual_out"]["values"] == [1.0, 1 - 2.0 ** -11] and
-          out["residual_out"]["f64"] == [1 + 2.0 ** -11, 1 - 2.0 ** -11], f"lowp: {out}")
+          out["residual_out"]["f64"] == [1.0, 1 - 2.0 ** -11] and  # the h actually used
+          out["rstd"]["values"] == [float(1 / mpmath.sqrt((1 + (1 - mpmath.mpf(2) ** -11) ** 2) / 2))],
+          f"lowp: {out}")
     # backward against central differences of the exact forward (numerically, in mpmath)
     for trial in range(30):
         case = gen_case(777, trial)
@@ -611,7 +615,7 @@ def grad_fd_check(case, check):
     res = get("residual", case["dtype_residual"]) if case["residual"] != "none" else None
     rb = get("residual_bias", case["dtype_param"])
     eps = q2mpf(R.parse_in(case["epsilon"], "float64"))
-    alpha, woff = mpmath.mpf(case["alpha"]), mpmath.mpf(case["weight_offset"])
+    alpha, woff = mpmath.mpf(case["alpha"]), mpmath.mpf(case.get("weight_offset", 0.0))
 
     def loss(x, w, b):
         tot = mpmath.mpf(0)

@@ -510,11 +510,13 @@ def evaluate(case: dict) -> dict:
         rstd_o = entry(dcomp, sshape)
         rout = entry(dres, shape) if res is not None else None
         for ri, (offs, h) in enumerate(rows):
-            if rout is not None:
-                for o, hv in zip(offs, h):
-                    put(rout, o, hv, dres)
             if "h" in points:
                 h = [to_exact(round_fraction(v, roles[points["h"]])) if _finite(v) else v for v in h]
+            if rout is not None:
+                # residual_out is the h the computation goes on with: after the h rounding point
+                # (fused_add_lowp), so its f64 is then that rounded h
+                for o, hv in zip(offs, h):
+                    put(rout, o, hv, dres)
             if not all(_finite(v) for v in h):
                 has_nan = any(isinstance(v, float) and math.isnan(v) for v in h)
                 if has_nan or op == "layernorm":
@@ -561,7 +563,7 @@ def evaluate(case: dict) -> dict:
             outputs["residual_out"] = rout
         return outputs
 
-    # ---------------- backward: exact gradient of the exact forward ----------------
+    # ---------------- backward: exact gradient of the forward (h as stored) ----------------
     dxo = entry(dx_, shape)
     dres_o = entry(dres, shape) if res is not None else None
     dw = [SqrtSum(0) for _ in range(N)] if w is not None else None
@@ -569,6 +571,10 @@ def evaluate(case: dict) -> dict:
     drb = [SqrtSum(0) for _ in range(N)] if rb is not None else None
     bad_cols = False
     for offs, h in rows:
+        # A backward kernel recomputes the statistics from the h the forward stored: under an
+        # h rounding point (fused_add_lowp) that is the rounded h. Other points do not apply.
+        if "h" in points:
+            h = [to_exact(round_fraction(v, roles[points["h"]])) if _finite(v) else v for v in h]
         dyr = [dy[o] for o in offs]
         if not all(_finite(v) for v in h) or not all(_finite(v) for v in dyr):
             bad_cols = True

@@ -1,0 +1,145 @@
+// Rounding into the formats, checked three independent ways: the hardware's conversions
+// (double->float, double->_Float16), the GMP-rational rounding, and the nearbyint rounding.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "exact.hpp"
+#include "normcheck/reference/case_json.hpp"
+#include "normcheck/reference/dtype.hpp"
+
+namespace normcheck::ref {
+namespace {
+
+double random_double(std::mt19937_64& rng, int min_exp, int max_exp) {
+  std::uniform_int_distribution<int> e(min_exp, max_exp);
+  std::uniform_int_distribution<std::uint64_t> m(0, (std::uint64_t{1} << 52) - 1);
+  std::bernoulli_distribution sign(0.5);
+  double v = std::ldexp(1.0 + std::ldexp(static_cast<double>(m(rng)), -52), e(rng));
+  // Every few values, land exactly on a midpoint or a representable value of a narrow format.
+  return sign(rng) ? -v : v;
+}
+
+TEST(Rounding, Float32MatchesHardwareConversion) {
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 200000; ++i) {
+    const double v = random_double(rng, -160, 130);
+    const double want = static_cast<double>(static_cast<float>(v));
+    ASSERT_EQ(round_to(v, DType::float32), want) << std::hexfloat << v;
+  }
+}
+
+TEST(Rounding, Float16MatchesHardwareConversion) {
+  std::mt19937_64 rng(2);
+  for (int i = 0; i < 200000; ++i) {
+    const double v = random_double(rng, -28, 17);
+    const double want = static_cast<double>(static_cast<_Float16>(v));
+    ASSERT_EQ(round_to(v, DType::float16), want) << std::hexfloat << v;
+  }
+}
+
+TEST(Rounding, MidpointsGoToEven) {
+  // 1 + 2^-11 is halfway between the float16 neighbours 1 and 1 + 2^-10: even is 1.
+  EXPECT_EQ(round_to(1.0 + 0x1p-11, DType::float16), 1.0);
+  EXPECT_EQ(round_to(1.0 + 3 * 0x1p-11, DType::float16), 1.0 + 2 * 0x1p-10);
+  // bfloat16 keeps 8 bits: 1 + 2^-8 is a midpoint.
+  EXPECT_EQ(round_to(1.0 + 0x1p-8, DType::bfloat16), 1.0);
+  EXPECT_EQ(round_to(1.0 + 3 * 0x1p-8, DType::bfloat16), 1.0 + 0x1p-6);
+  // Overflow: float16 max is 65504; 65520 is the midpoint to 65536 (= infinity).
+  EXPECT_EQ(round_to(65519.99, DType::float16), 65504.0);
+  EXPECT_TRUE(std::isinf(round_to(65520.0, DType::float16)));
+  // Subnormals: the smallest float16 subnormal is 2^-24; half of it rounds to even (zero).
+  EXPECT_EQ(round_to(0x1p-25, DType::float16), 0.0);
+  EXPECT_EQ(round_to(0x1.0001p-25, DType::float16), 0x1p-24);
+  EXPECT_EQ(round_to(-0x1p-26, DType::float16), 0.0);
+  EXPECT_TRUE(std::signbit(round_to(-0x1p-26, DType::float16)));
+}
+
+TEST(Rounding, RationalRoundingAgreesWithBinary64Rounding) {
+  std::mt19937_64 rng(3);
+  for (DType t : {DType::float32, DType::float16, DType::bfloat16, DType::float64}) {
+    for (int i = 0; i < 20000; ++i) {
+      const double v = random_double(rng, -160, 140);
+      ASSERT_EQ(detail::round_rational(detail::exact(v), t), round_to(v, t))
+          << name_of(t) << " " << std::hexfloat << v;
+    }
+  }
+}
+
+TEST(Rounding, RationalRoundingOfNonDyadicValues) {
+  // 1/3 to float32 is 0x1.555556p-2 (the next bit pattern 0101... rounds up).
+  EXPECT_EQ(detail::round_rational(detail::Rational(1, 3), DType::float32), 0x1.555556p-2);
+  EXPECT_EQ(detail::round_rational(detail::Rational(1, 3), DType::float64), 1.0 / 3.0);
+  EXPECT_EQ(detail::round_rational(detail::Rational(-2, 3), DType::bfloat16), -0x1.56p-1);
+  // 1e-8 is below half the smallest float16 subnormal (2^-25 ~ 2.98e-8).
+  EXPECT_EQ(detail::round_rational(detail::Rational(1, 100000000), DType::float16), 0.0);
+  EXPECT_TRUE(std::isinf(detail::round_rational(detail::Rational(70000), DType::float16)));
+}
+
+TEST(Rounding, BFloat16MatchesTheBitTrickOnFloat32Values) {
+  // The usual float32 -> bfloat16 conversion: add 0x7fff + lsb, truncate (RNE for finite values).
+  std::mt19937_64 rng(4);
+  std::uniform_int_distribution<std::uint32_t> bits(0, 0xffffffffu);
+  for (int i = 0; i < 200000; ++i) {
+    const std::uint32_t b = bits(rng);
+    const float f = std::bit_cast<float>(b);
+    if (!std::isfinite(f)) continue;
+    const std::uint32_t lsb = (b >> 16) & 1u;
+    const std::uint32_t r = (b + 0x7fffu + lsb) & 0xffff0000u;
+    const float want = std::bit_cast<float>(r);
+    ASSERT_EQ(round_to(static_cast<double>(f), DType::bfloat16), static_cast<double>(want)) << std::hexfloat << f;
+  }
+}
+
+TEST(RoundingGap, BoundariesAreWhereRoundingChanges) {
+  std::mt19937_64 rng(5);
+  for (DType t : {DType::float32, DType::float16, DType::bfloat16}) {
+    const Format f = format_of(t);
+    for (int i = 0; i < 20000; ++i) {
+      const double t0 = round_to(random_double(rng, f.min_exp - f.precision, f.max_exp - 1), t);
+      if (!std::isfinite(t0) || std::fabs(t0) == max_finite(t)) continue;
+      const RoundingGap g = rounding_gap(t0, t);
+      ASSERT_EQ(round_to(t0 + g.above * 0.999, t), t0);
+      ASSERT_EQ(round_to(t0 - g.below * 0.999, t), t0);
+      ASSERT_NE(round_to(t0 + g.above * 1.001, t), t0);
+      ASSERT_NE(round_to(t0 - g.below * 1.001, t), t0);
+    }
+  }
+}
+
+TEST(ParseNumber, DecimalsRoundDirectlyToTheTarget) {
+  EXPECT_EQ(*parse_number("0.1", DType::float32), static_cast<double>(0.1f));
+  EXPECT_EQ(*parse_number("0x1.8p+0", DType::float16), 1.5);
+  // Exactly the float16 midpoint 1 + 2^-11: ties to even.
+  EXPECT_EQ(*parse_number("1.00048828125", DType::float16), 1.0);
+  // A hair above the midpoint: up. Going through binary64 first would give 1.0 (double rounding).
+  EXPECT_EQ(*parse_number("1.000488281250000000000001", DType::float16), 1.0009765625);
+  EXPECT_TRUE(std::isnan(*parse_number("nan", DType::float32)));
+  EXPECT_EQ(*parse_number("-inf", DType::bfloat16), -INFINITY);
+  EXPECT_TRUE(std::signbit(*parse_number("-0", DType::float32)));
+  EXPECT_FALSE(parse_number("1.5x", DType::float32));
+  EXPECT_FALSE(parse_number("", DType::float32));
+}
+
+TEST(LongAccumulator, SumsExactlyAcrossTheWholeRange) {
+  detail::LongAccumulator acc;
+  acc.add(0x1p999);
+  acc.add(0x1p-1074);
+  acc.add(-0x1p999);
+  EXPECT_EQ(acc.value(), detail::exact(0x1p-1074));
+  acc.clear();
+  std::mt19937_64 rng(6);
+  detail::Rational want;
+  for (int i = 0; i < 5000; ++i) {
+    const double v = random_double(rng, -1000, 900);
+    acc.add(v);
+    want += detail::exact(v);
+  }
+  EXPECT_EQ(acc.value(), want);
+}
+
+}  // namespace
+}  // namespace normcheck::ref
