@@ -1,6 +1,8 @@
 #include "normcheck/reference/dtype.hpp"
 
+#include <bit>
 #include <cfenv>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,23 +31,47 @@ std::optional<DType> parse_dtype(std::string_view n) {
 double unit_roundoff(DType t) { return std::ldexp(1.0, -format_of(t).precision); }
 
 double max_finite(DType t) {
-  const Format f = format_of(t);
-  return std::ldexp(2.0 - std::ldexp(1.0, 1 - f.precision), f.max_exp);
+  switch (t) {
+    case DType::float64: return std::numeric_limits<double>::max();
+    case DType::float32: return 0x1.fffffep127;
+    case DType::float16: return 65504.0;
+    case DType::bfloat16: return 0x1.fep127;
+  }
+  return 0;
 }
 
 double round_to(double v, DType t) {
   if (t == DType::float64 || !std::isfinite(v) || v == 0.0) return v;
   const Format f = format_of(t);
-  int e = 0;
-  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
-  // Exponent of the ulp of v in the target format: gradual underflow below 2^min_exp.
-  const int q = std::max(e - 1, f.min_exp) - (f.precision - 1);
-  // v * 2^-q is exact (a power-of-two scaling that neither overflows nor underflows here),
-  // and nearbyint in the default mode rounds to the nearest integer, ties to even.
-  const double scaled = std::ldexp(v, -q);
-  const double r = std::ldexp(std::nearbyint(scaled), q);
-  if (std::fabs(r) > max_finite(t)) return std::copysign(std::numeric_limits<double>::infinity(), v);
-  return r;
+  const auto u = std::bit_cast<std::uint64_t>(v);
+  const int biased = static_cast<int>((u >> 52) & 0x7ff);
+  if (biased - 1023 >= f.min_exp) {
+    // Normal in the target: round the binary64 significand to `precision` bits, nearest-even,
+    // on the bits (a carry into the exponent is the correct result).
+    const int shift = 53 - f.precision;
+    const std::uint64_t lsb = (u >> shift) & 1;
+    const std::uint64_t r = (u + ((std::uint64_t{1} << (shift - 1)) - 1) + lsb) & ~((std::uint64_t{1} << shift) - 1);
+    const double rv = std::bit_cast<double>(r);
+    if (std::fabs(rv) > max_finite(t)) return std::copysign(std::numeric_limits<double>::infinity(), v);
+    return rv;
+  }
+  // Subnormal in the target: the ulp is fixed at 2^(min_exp - precision + 1). v * 2^-q is
+  // exact, and nearbyint in the default mode rounds to the nearest integer, ties to even.
+  const int q = f.min_exp - (f.precision - 1);
+  return std::ldexp(std::nearbyint(std::ldexp(v, -q)), q);
+}
+
+bool representable(double v, DType t) {
+  if (t == DType::float32) return static_cast<double>(static_cast<float>(v)) == v || v != v;
+  if (t == DType::float64 || !std::isfinite(v) || v == 0.0) return true;
+  const Format f = format_of(t);
+  const auto u = std::bit_cast<std::uint64_t>(v);
+  if (static_cast<int>((u >> 52) & 0x7ff) - 1023 >= f.min_exp) {
+    // Normal in the target: the significand bits below its precision must be zero.
+    const std::uint64_t low = (std::uint64_t{1} << (53 - f.precision)) - 1;
+    return (u & low) == 0 && std::fabs(v) <= max_finite(t);
+  }
+  return round_to(v, t) == v;
 }
 
 RoundingGap rounding_gap(double t, DType fmt) {

@@ -1,12 +1,14 @@
 // The certified reference. See ../README.md ("How a value is certified") for the argument.
 #include "normcheck/reference/evaluate.hpp"
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <optional>
 
 #include "ddouble.hpp"
 #include "exact.hpp"
+#include "row_kernel.hpp"
 #include "normcheck/reference/contract.hpp"
 
 namespace normcheck::ref {
@@ -53,9 +55,11 @@ Output make_output(DType t, const std::vector<std::int64_t>& shape) {
   o.value.shape = shape;
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
-  o.value.data.assign(static_cast<size_t>(n), kNaN);
-  o.f64.assign(static_cast<size_t>(n), kNaN);
-  o.certified.assign(static_cast<size_t>(n), 1);
+  // Every element is written by every path of the evaluation; zero-filling (a memset) is
+  // only there to make the buffers defined.
+  o.value.data.resize(static_cast<size_t>(n));
+  o.f64.resize(static_cast<size_t>(n));
+  o.certified.resize(static_cast<size_t>(n));
   return o;
 }
 
@@ -97,7 +101,8 @@ std::optional<double> exact_h_double(double alpha, double x, double r, double rb
   return s;
 }
 
-// Everything known about one row once its statistics are exact.
+// Everything known about one row. Fast rows (every h a binary64 in the fast domain) keep
+// their exact sums as integers and get mean/q as rationals only when an element needs them.
 struct Row {
   std::int64_t index = 0;
   bool has_nan = false;
@@ -105,7 +110,11 @@ struct Row {
   bool all_double = true;            // every h exactly a binary64 in the fast domain
   std::vector<double> h;             // binary64 h (IEEE value where non-finite)
   std::vector<char> wide;            // 1 where h is not a binary64 in the fast domain
-  std::vector<Rational> hq;          // otherwise
+  std::vector<Rational> hq;          // all h as rationals, when !all_double
+  // Exact sums (fast rows): sum h = zs * 2^es, sum h^2 = zq * 2^eq.
+  detail::Integer zs, zq;
+  long es = 0, eq = 0;
+  bool exact_ready = false;
   Rational mu;                       // LayerNorm mean (0 for RMSNorm)
   Rational q;                        // var + eps  (or mean square + eps)
   bool q_zero = false;
@@ -128,28 +137,6 @@ struct Row {
   }
 };
 
-Approx approx_of(const Rational& v) {  // |v - (hi + lo)| <= 2^-104 |v|
-  detail::Real m(160), rest(160);
-  const int inexact = mpfr_set_q(m.get(), v.backend().data(), MPFR_RNDN);
-  const double hi = mpfr_get_d(m.get(), MPFR_RNDN);
-  mpfr_sub_d(rest.get(), m.get(), hi, MPFR_RNDN);
-  const double lo = mpfr_get_d(rest.get(), MPFR_RNDN);
-  if (!std::isfinite(hi) || !detail::in_safe_range(hi) || !detail::in_safe_range(lo)) return detail::invalid();
-  const bool exact = inexact == 0 && mpfr_cmp_d(rest.get(), lo) == 0;
-  return {hi, lo, exact ? 0.0 : 0x1p-104 * std::fabs(hi)};
-}
-
-Approx approx_rstd(const Rational& q) {  // q > 0
-  detail::Real qq(200), r(160), rest(160);
-  mpfr_set_q(qq.get(), q.backend().data(), MPFR_RNDN);
-  mpfr_rec_sqrt(r.get(), qq.get(), MPFR_RNDN);
-  const double hi = mpfr_get_d(r.get(), MPFR_RNDN);
-  mpfr_sub_d(rest.get(), r.get(), hi, MPFR_RNDN);
-  const double lo = mpfr_get_d(rest.get(), MPFR_RNDN);
-  if (!detail::in_safe_range(hi) || hi == 0 || !std::isfinite(hi)) return detail::invalid();
-  return {hi, lo, 0x1p-104 * std::fabs(hi)};
-}
-
 class Evaluator {
  public:
   Evaluator(const Case& c, const Options& opt) : c_(c), opt_(opt), g_(geometry_of(c)), pts_(resolve(c)) {
@@ -166,6 +153,9 @@ class Evaluator {
     n_ = Rational(g_.cols);
     eps_ = detail::exact(c.epsilon);
     alpha_ = detail::exact(c.alpha);
+    simple_h_ = !res_ && c.alpha == 1.0 && !pts_.h;
+    contiguous_ = true;
+    for (std::int64_t col = 0; col < g_.cols; ++col) contiguous_ &= g_.col_delta[col] == col;
   }
 
   Result run() {
@@ -194,8 +184,31 @@ class Evaluator {
     r.h.resize(n);
     // h is kept as binary64 where that is exact and inside the fast domain [2^-480, 2^480]
     // (so h*h splits exactly into two doubles); otherwise as a rational.
-    std::vector<std::optional<Rational>> wide(n);
     r.wide.assign(n, 0);
+    if (simple_h_) {  // h = x: only the domain is to be checked
+      bool in_domain = true;
+      for (std::int64_t col = 0; col < n; ++col) {
+        const double h = x_->data[off(row, col)];
+        r.h[col] = h;
+        const auto e = static_cast<int>((std::bit_cast<std::uint64_t>(h) >> 52) & 0x7ff);
+        if (e == 0x7ff) {
+          r.has_nan |= std::isnan(h);
+          r.has_inf |= std::isinf(h);
+        } else if ((e < 1023 - 480 || e > 1023 + 479) && h != 0) {
+          in_domain = false;
+        }
+      }
+      if (!in_domain) {
+        r.all_double = false;
+        r.hq.resize(n);
+        for (std::int64_t col = 0; col < n; ++col)
+          if (std::isfinite(r.h[col])) r.hq[col] = detail::exact(r.h[col]);
+        for (std::int64_t col = 0; col < n; ++col) r.wide[col] = 0;
+      }
+      finish_row(r);
+      return r;
+    }
+    std::vector<std::optional<Rational>> wide(n);
     bool any_wide = false;
     for (std::int64_t col = 0; col < n; ++col) {
       const auto i = off(row, col);
@@ -238,26 +251,28 @@ class Evaluator {
         if (wide[col]) r.hq[col] = *wide[col];
         else if (std::isfinite(r.h[col])) r.hq[col] = detail::exact(r.h[col]);
     }
-    if (r.has_nan || r.has_inf) return r;  // statistics are not used
+    finish_row(r);
+    return r;
+  }
 
-    Rational sum, sumsq;
-    if (r.all_double) {
-      detail::LongAccumulator s, s2;
-      for (double h : r.h) {
-        s.add(h);
-        double p, e;
-        detail::two_prod(h, h, p, e);
-        s2.add(p);
-        s2.add(e);
-      }
-      sum = s.value();
-      sumsq = s2.value();
-    } else {
+  void finish_row(Row& r) {
+    if (r.has_nan || r.has_inf) return;  // statistics are not used
+    if (!r.all_double) {
+      Rational sum, sumsq;
       for (const auto& h : r.hq) {
         sum += h;
         sumsq += h * h;
       }
+      set_exact_stats(r, sum, sumsq);
+      r.mu_a = r.r_a = detail::invalid();
+      return;
     }
+    // Exact sums in integer bins; h*h splits exactly into two binary64 values here.
+    detail::row_sums(r.h.data(), g_.cols, sum_, sumsq_, r.zs, r.es, r.zq, r.eq);
+    approximate_stats(r);
+  }
+
+  void set_exact_stats(Row& r, const Rational& sum, const Rational& sumsq) {
     if (c_.op == Op::layernorm) {
       r.mu = sum / n_;
       r.q = sumsq / n_ - r.mu * r.mu + eps_;
@@ -269,13 +284,77 @@ class Evaluator {
       r.r_rational = true;
       r.r = rational_rstd(r.q);
     }
-    if (opt_.fast_path && r.all_double && !r.q_zero) {
-      r.mu_a = c_.op == Op::layernorm ? approx_of(r.mu) : Approx{};
-      r.r_a = approx_rstd(r.q);
+    r.exact_ready = true;
+  }
+
+  static Rational dyadic(const detail::Integer& z, long e) {
+    Rational v;
+    mpq_set_z(v.backend().data(), z.backend().data());
+    if (e >= 0) mpq_mul_2exp(v.backend().data(), v.backend().data(), static_cast<mp_bitcnt_t>(e));
+    else mpq_div_2exp(v.backend().data(), v.backend().data(), static_cast<mp_bitcnt_t>(-e));
+    return v;
+  }
+
+  // The exact mean and q of a fast row, on demand.
+  void ensure_exact(Row& r) {
+    if (r.exact_ready) return;
+    set_exact_stats(r, dyadic(r.zs, r.es), dyadic(r.zq, r.eq));
+  }
+
+  // mean and rstd of a fast row to 2^-104 relative, from the exact sums with a few MPFR
+  // operations: q = (N*sumsq - sum^2)/N^2 + eps is formed exactly up to one division and one
+  // addition at 256 bits (no cancellation is left: both terms are >= 0).
+  void approximate_stats(Row& r) {
+    const long n = static_cast<long>(g_.cols);
+    detail::Real num(64), t(256), qv(256), rv(192);
+    // numerator N*zq*2^eq - zs^2*2^(2es), formed exactly at a common exponent.
+    detail::Integer a, b;
+    long e_common = 0;
+    if (c_.op == Op::layernorm) {
+      const long e2 = 2 * r.es;
+      e_common = std::min(r.eq, e2);
+      mpz_mul_si(a.backend().data(), r.zq.backend().data(), n);
+      mpz_mul_2exp(a.backend().data(), a.backend().data(), static_cast<mp_bitcnt_t>(r.eq - e_common));
+      mpz_mul(b.backend().data(), r.zs.backend().data(), r.zs.backend().data());
+      mpz_mul_2exp(b.backend().data(), b.backend().data(), static_cast<mp_bitcnt_t>(e2 - e_common));
+      mpz_sub(a.backend().data(), a.backend().data(), b.backend().data());
     } else {
-      r.mu_a = r.r_a = detail::invalid();
+      mpz_set(a.backend().data(), r.zq.backend().data());
+      e_common = r.eq;
     }
-    return r;
+    const auto bits = std::max<mp_bitcnt_t>(64, mpz_sizeinbase(a.backend().data(), 2) + 1);
+    mpfr_set_prec(num.get(), static_cast<mpfr_prec_t>(bits));
+    mpfr_set_z_2exp(num.get(), a.backend().data(), e_common, MPFR_RNDN);  // exact
+    const long denom = c_.op == Op::layernorm ? n * n : n;
+    mpfr_div_si(qv.get(), num.get(), denom, MPFR_RNDN);
+    mpfr_add_d(qv.get(), qv.get(), c_.epsilon, MPFR_RNDN);
+    r.q_zero = mpfr_zero_p(qv.get());
+    if (r.q_zero || mpfr_sgn(qv.get()) < 0) {
+      ensure_exact(r);
+      r.mu_a = r.r_a = detail::invalid();
+      return;
+    }
+    mpfr_rec_sqrt(rv.get(), qv.get(), MPFR_RNDN);
+    r.r_a = split(rv.get());
+    if (c_.op == Op::layernorm) {
+      mpfr_set_prec(t.get(), 256);
+      mpfr_set_z_2exp(t.get(), r.zs.backend().data(), r.es, MPFR_RNDN);
+      mpfr_div_si(t.get(), t.get(), n, MPFR_RNDN);
+      r.mu_a = split(t.get());
+    } else {
+      r.mu_a = Approx{};
+    }
+  }
+
+  // hi + lo from a value known to 2^-190 relative: |exact - (hi + lo)| <= 2^-104 |hi|.
+  static Approx split(mpfr_srcptr v) {
+    if (mpfr_zero_p(v)) return Approx{};
+    const double hi = mpfr_get_d(v, MPFR_RNDN);
+    detail::Real rest(static_cast<int>(mpfr_get_prec(v)));
+    mpfr_sub_d(rest.get(), v, hi, MPFR_RNDN);
+    const double lo = mpfr_get_d(rest.get(), MPFR_RNDN);
+    if (!std::isfinite(hi) || !detail::in_safe_range(hi)) return detail::invalid();
+    return {hi, lo, 0x1p-104 * std::fabs(hi)};
   }
 
   Rational scale_exact(std::int64_t col) const {
@@ -313,6 +392,17 @@ class Evaluator {
       }
       scale_a[col] = detail::in_safe_range(a.hi) ? a : detail::invalid();
     }
+    std::vector<double> s_hi(g_.cols, kNaN), s_lo(g_.cols, 0.0), bias(g_.cols, 0.0);
+    for (std::int64_t col = 0; col < g_.cols; ++col) {
+      if (w_ && !param_nonfinite[col] && scale_a[col].valid()) {
+        s_hi[col] = scale_a[col].hi;
+        s_lo[col] = scale_a[col].lo;
+      }
+      if (b_) bias[col] = b_->data[col];
+    }
+    const bool kernel_contract = !pts_.xhat && !pts_.mul;
+    std::vector<double> ky(g_.cols), ky64(g_.cols);
+    std::vector<std::uint8_t> kdecided(g_.cols);
 
     for (std::int64_t row = 0; row < g_.rows; ++row) {
       Row r = make_row(row);
@@ -346,17 +436,71 @@ class Evaluator {
         }
         continue;
       }
-      if (ln) set_exact(mean, row, r.mu);
       if (r.q_zero) {  // eps = 0 and a constant (or all-zero) row: rstd = inf, y = 0 * inf = NaN
+        ensure_exact(r);
+        if (ln) set_exact(mean, row, r.mu);
         set_ieee(rstd, row, kInf);
         for (std::int64_t col = 0; col < g_.cols; ++col) set_ieee(y, off(row, col), kNaN);
         continue;
       }
-      if (r.r_rational) set_exact(rstd, row, r.r);
-      else ziv_rstd(rstd, row, r);
+      if (ln) {
+        double v, v64;
+        if (opt_.fast_path && r.mu_a.valid() && detail::decide(r.mu_a, c_.dtype_compute, v) &&
+            detail::decide(r.mu_a, DType::float64, v64)) {
+          mean.value.data[row] = v;
+          mean.f64[row] = v64;
+          mean.certified[row] = 1;
+        } else {
+          ensure_exact(r);
+          set_exact(mean, row, r.mu);
+        }
+      }
+      {
+        double v, v64;
+        if (opt_.fast_path && r.r_a.valid() && detail::decide(r.r_a, c_.dtype_compute, v) &&
+            detail::decide(r.r_a, DType::float64, v64)) {
+          rstd.value.data[row] = v;
+          rstd.f64[row] = v64;
+          rstd.certified[row] = 1;
+        } else {
+          ensure_exact(r);
+          if (r.r_rational) set_exact(rstd, row, r.r);
+          else ziv_rstd(rstd, row, r);
+        }
+      }
 
+      const bool kernel = opt_.fast_path && kernel_contract && r.all_double && r.r_a.valid() && r.mu_a.valid();
+      if (kernel) {
+        detail::RowKernelArgs k;
+        k.n = g_.cols;
+        k.h = r.h.data();
+        k.mu_hi = r.mu_a.hi;
+        k.mu_lo = r.mu_a.lo;
+        k.r_hi = r.r_a.hi;
+        k.r_lo = r.r_a.lo;
+        k.s_hi = w_ ? s_hi.data() : nullptr;
+        k.s_lo = w_ ? s_lo.data() : nullptr;
+        k.b = b_ ? bias.data() : nullptr;
+        k.out = detail::FastFormat(c_.dtype_out);
+        // Contiguous rows (the normalized dims are the trailing ones): write in place.
+        const std::int64_t base = g_.row_base[row];
+        k.y = contiguous_ ? y.value.data.data() + base : ky.data();
+        k.y64 = contiguous_ ? y.f64.data() + base : ky64.data();
+        k.decided = contiguous_ ? y.certified.data() + base : kdecided.data();
+        const std::int64_t open = detail::run_row_kernel(k);
+        fast_ += g_.cols - open;
+        if (contiguous_ && open == 0) continue;
+      }
       for (std::int64_t col = 0; col < g_.cols; ++col) {
         const auto i = off(row, col);
+        if (kernel && (contiguous_ ? y.certified[i] : kdecided[col])) {
+          if (!contiguous_) {
+            y.value.data[i] = ky[col];
+            y.f64[i] = ky64[col];
+            y.certified[i] = 1;
+          }
+          continue;
+        }
         if (w_ && param_nonfinite[col]) {
           nonfinite_param_element(y, i, r, col);
           continue;
@@ -419,6 +563,7 @@ class Evaluator {
   // Exact rationals when rstd is rational; otherwise MPFR enclosures, precision doubled until
   // every rounding on the way is decided (Ziv).
   void slow_element(Output& y, std::int64_t i, Row& r, std::int64_t col) {
+    ensure_exact(r);
     Rational d = r.h_exact(col);
     if (c_.op == Op::layernorm) d -= r.mu;
     if (r.r_rational) {
@@ -474,6 +619,7 @@ class Evaluator {
   // A non-finite weight or bias: the result is non-finite whatever xhat's magnitude, so IEEE
   // arithmetic on any value with xhat's sign (and zero-ness) gives it exactly.
   void nonfinite_param_element(Output& y, std::int64_t i, Row& r, std::int64_t col) {
+    ensure_exact(r);
     Rational d = r.h_exact(col);
     if (c_.op == Op::layernorm) d -= r.mu;
     const int sign = mpq_sgn(d.backend().data());
@@ -512,6 +658,7 @@ class Evaluator {
 
     for (std::int64_t row = 0; row < g_.rows; ++row) {
       Row r = make_row(row);
+      if (!r.has_nan && !r.has_inf) ensure_exact(r);
       bool row_nonfinite = r.has_nan || r.has_inf || r.q_zero;
       for (std::int64_t col = 0; col < g_.cols; ++col) {
         const double dy = dy_->data[off(row, col)];
@@ -639,6 +786,9 @@ class Evaluator {
   Points pts_;
   const Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *res_ = nullptr, *rb_ = nullptr, *dy_ = nullptr;
   Rational n_, eps_, alpha_;
+  bool simple_h_ = false;  // h = x: no residual, alpha = 1, no h rounding
+  bool contiguous_ = false;  // each row's elements are adjacent
+  detail::BinnedSum sum_, sumsq_;
   std::int64_t fast_ = 0, slow_ = 0;
   int max_bits_used_ = 0;
 };

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "exact.hpp"
+#include "row_kernel.hpp"
 #include "normcheck/reference/case_json.hpp"
 #include "normcheck/reference/dtype.hpp"
 
@@ -139,6 +140,48 @@ TEST(LongAccumulator, SumsExactlyAcrossTheWholeRange) {
     want += detail::exact(v);
   }
   EXPECT_EQ(acc.value(), want);
+}
+
+}  // namespace
+}  // namespace normcheck::ref
+
+namespace normcheck::ref {
+namespace {
+
+detail::Rational value_of(const detail::Integer& z, long e) {
+  detail::Rational v;
+  mpq_set_z(v.backend().data(), z.backend().data());
+  if (e >= 0) mpq_mul_2exp(v.backend().data(), v.backend().data(), static_cast<mp_bitcnt_t>(e));
+  else mpq_div_2exp(v.backend().data(), v.backend().data(), static_cast<mp_bitcnt_t>(-e));
+  return v;
+}
+
+// The exact row sums, through both the narrow (register) and the binned path, against GMP.
+TEST(RowSums, AgreeWithRationalSumsOnNarrowAndWideRows) {
+  std::mt19937_64 rng(7);
+  detail::BinnedSum s, q;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 700);
+    const int span = static_cast<int>(rng() % 60);  // exponent spread: narrow path up to ~25
+    const DType t = (trial % 3 == 0) ? DType::float64 : (trial % 3 == 1 ? DType::float32 : DType::bfloat16);
+    std::vector<double> h(n);
+    for (auto& v : h) {
+      const int e = static_cast<int>(rng() % (span + 1)) - span / 2;
+      v = round_to(std::ldexp(static_cast<double>(rng() % (1u << 30)) / (1u << 30) + 0.5, e), t);
+      if (rng() % 2) v = -v;
+      if (rng() % 17 == 0) v = 0;
+    }
+    detail::Rational want_s, want_q;
+    for (double v : h) {
+      want_s += detail::exact(v);
+      want_q += detail::exact(v) * detail::exact(v);
+    }
+    detail::Integer zs, zq;
+    long es = 0, eq = 0;
+    detail::row_sums(h.data(), n, s, q, zs, es, zq, eq);
+    ASSERT_EQ(value_of(zs, es), want_s) << "trial " << trial;
+    ASSERT_EQ(value_of(zq, eq), want_q) << "trial " << trial;
+  }
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ double max_finite(DType t);
 // Round a binary64 value to `t` with round-to-nearest-even, gradual underflow and overflow to
 // infinity, exactly (no double rounding: the input is exact). NaN and infinities pass through.
 double round_to(double v, DType t);
-inline bool representable(double v, DType t) { return v != v || round_to(v, t) == v; }
+bool representable(double v, DType t);
 
 // Distances from a value `t` of the format to the rounding boundaries around it: values within
 // (t - below, t + above) round to t (boundaries themselves go to the even neighbour).

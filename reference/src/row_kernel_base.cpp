@@ -1,0 +1,119 @@
+// The output pass for any x86-64 (and the dispatcher): Dekker's exact product without FMA.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "ddouble.hpp"
+#include "row_kernel.hpp"
+
+namespace normcheck::ref::detail {
+
+std::int64_t run_row_kernel_fma(const RowKernelArgs& a);  // row_kernel_fma.cpp
+void accumulate_row_fma(const double* h, std::int64_t n, BinnedSum& sum, BinnedSum& sumsq);
+bool narrow_sums_fma(const double* h, std::int64_t n, std::int64_t& s64, int& s_base, BinnedSum::i128& q128,
+                     int& q_base);
+
+namespace {
+#define NC_TWO_PROD(a, b, p, e) two_prod((a), (b), (p), (e))
+#include "row_kernel_body.inc"
+#undef NC_TWO_PROD
+
+bool cpu_has_fma() {  // NOLINT: evaluated once, at load time
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+const bool kHasFma = cpu_has_fma();
+
+std::int64_t run_row_kernel(const RowKernelArgs& a) { return kHasFma ? run_row_kernel_fma(a) : nc_row_kernel(a); }
+
+void row_sums(const double* h, std::int64_t n, BinnedSum& sum, BinnedSum& sumsq, Integer& zs, long& es,
+              Integer& zq, long& eq) {
+  std::int64_t s64 = 0;
+  BinnedSum::i128 q128 = 0;
+  int s_base = 0, q_base = 0;
+  const bool narrow = kHasFma ? narrow_sums_fma(h, n, s64, s_base, q128, q_base)
+                              : nc_narrow_sums(h, n, s64, s_base, q128, q_base);
+  if (narrow) {
+    mpz_set_si(zs.backend().data(), s64);
+    es = s_base;
+    // q128 >= 0 (a sum of squares): high and low 64-bit halves.
+    const auto hi = static_cast<std::uint64_t>(q128 >> 64), lo = static_cast<std::uint64_t>(q128);
+    mpz_set_ui(zq.backend().data(), hi);
+    mpz_mul_2exp(zq.backend().data(), zq.backend().data(), 64);
+    mpz_add_ui(zq.backend().data(), zq.backend().data(), lo);
+    eq = q_base;
+    return;
+  }
+  if (kHasFma) accumulate_row_fma(h, n, sum, sumsq);
+  else nc_accumulate_row(h, n, sum, sumsq);
+  sum.take(zs, es);
+  sumsq.take(zq, eq);
+}
+
+BinnedSum::BinnedSum() : bins_(2048 + 2, 0), lo_(1 << 20), hi_(-1) {}
+
+BinnedSum* BinnedSum::twin() {
+  if (!twin_) twin_ = std::make_unique<BinnedSum>();
+  return twin_.get();
+}
+
+void BinnedSum::take(Integer& z, long& exp) {
+  if (twin_ && twin_->hi_ >= 0) {  // merge the twin's bins into ours
+    for (int i = twin_->lo_; i <= twin_->hi_; ++i) {
+      bins_[i] += twin_->bins_[i];
+      twin_->bins_[i] = 0;
+    }
+    lo_ = std::min(lo_, twin_->lo_);
+    hi_ = std::max(hi_, twin_->hi_);
+    twin_->lo_ = 1 << 20;
+    twin_->hi_ = -1;
+  }
+  mpz_set_ui(z.backend().data(), 0);
+  exp = 0;
+  if (hi_ < 0) return;
+  // Carry propagation turns the bins into the two's complement binary expansion of the sum.
+  std::vector<std::uint64_t> words;
+  std::uint64_t word = 0;
+  int nbits = 0;
+  i128 carry = 0;
+  for (int i = lo_;; ++i) {
+    i128 v = carry;
+    if (i <= hi_) {
+      v += bins_[i];
+      bins_[i] = 0;
+    }
+    word |= static_cast<std::uint64_t>(v & 1) << (nbits % 64);
+    ++nbits;
+    if (nbits % 64 == 0) {
+      words.push_back(word);
+      word = 0;
+    }
+    carry = v >> 1;  // arithmetic shift: floor division by 2
+    if (i >= hi_ && (carry == 0 || carry == -1)) break;
+  }
+  if (nbits % 64) words.push_back(word);
+  mpz_import(z.backend().data(), words.size(), -1, sizeof(std::uint64_t), 0, 0, words.data());
+  if (carry == -1) {  // negative: value = bits - 2^nbits
+    Integer p;
+    mpz_ui_pow_ui(p.backend().data(), 2, static_cast<unsigned long>(nbits));
+    mpz_sub(z.backend().data(), z.backend().data(), p.backend().data());
+  }
+  exp = static_cast<long>(lo_) - 1075;
+  lo_ = 1 << 20;
+  hi_ = -1;
+}
+
+FastFormat::FastFormat(DType t) : dtype(t) {
+  const Format f = format_of(t);
+  precision = f.precision;
+  min_exp = f.min_exp;
+  max_finite = normcheck::ref::max_finite(t);
+}
+
+}  // namespace normcheck::ref::detail
