@@ -102,7 +102,10 @@ std::string decimal_text(double v, DType t) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
-  for (int digits = 1; digits <= 17; ++digits) {
+  // At least as many digits as the integer part has, so that 1000 prints as 1000, not 1e+03.
+  int first = 1;
+  for (double a = std::fabs(v); a >= 10 && first < 17; a /= 10) ++first;
+  for (int digits = first; digits <= 17; ++digits) {
     std::snprintf(buf, sizeof buf, "%.*g", digits, v);
     const double back = std::strtod(buf, nullptr);
     if (back == v || (t != DType::float64 && round_to(back, t) == v)) return buf;
