@@ -140,7 +140,7 @@ void print_text(const ref::Case& c, const ref::Result& r, const ReferenceArgs& a
     }
     if (shown < n) fmt::print("  ... {} more (--all shows every element)\n", n - shown);
   }
-  fmt::print("\n{} elements, {} uncertified. y: {} decided by the double-double path, {} by MPFR{}\n", r.stats.elements,
+  fmt::print("\n{} elements, {} uncertified; {} decided by the double-double path, {} by MPFR{}\n", r.stats.elements,
              r.stats.uncertified, r.stats.fast, r.stats.slow,
              r.stats.max_bits_used ? fmt::format(" (up to {} bits)", r.stats.max_bits_used) : std::string());
 }

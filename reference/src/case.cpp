@@ -36,6 +36,7 @@ std::string_view name_of(Block v) {
   return "?";
 }
 std::string_view name_of(Direction v) { return v == Direction::forward ? "forward" : "backward"; }
+std::string_view name_of(Activation v) { return v == Activation::gelu ? "gelu" : "relu"; }
 
 std::int64_t Tensor::numel() const {
   std::int64_t n = 1;
@@ -159,6 +160,60 @@ void check_tensor(const Case& c, const std::string& name, DType want,
 
 }  // namespace
 
+namespace {
+
+void validate_block(const Case& c, const Geometry& g) {
+  const std::string block(name_of(c.block));
+  const auto rank = static_cast<std::int64_t>(g.shape.size());
+  if (c.axes || !(c.axis == -1 || c.axis == rank - 1))
+    throw CaseError("axis", "a " + block + " block normalizes the last (hidden) dim: axis must be -1");
+  if (c.residual != Residual::none)
+    throw CaseError("residual", "must be none in a " + block + " block (the block has its own residual)");
+  if (c.contract != "exact")
+    throw CaseError("contract", "'" + c.contract + "' with a block: only 'exact' is evaluated for blocks");
+  if (c.block != Block::deepnorm && c.alpha != 1.0)
+    throw CaseError("alpha", "is DeepNorm's residual scale; it must be 1 for a " + block + " block");
+  if (c.layers < 1 || c.layers > kMaxLayers)
+    throw CaseError("layers", std::to_string(c.layers) + " is outside 1.." + std::to_string(kMaxLayers));
+  const std::int64_t L = c.layers, D = g.shape.back();
+  const std::int64_t K = c.block == Block::sandwich ? 2 : 1;
+  auto w1 = c.inputs.find("ffn_w1");
+  if (w1 == c.inputs.end()) throw CaseError("inputs/ffn_w1", "missing (required by a block)");
+  if (w1->second.shape.size() != 3 || w1->second.shape[0] != L || w1->second.shape[2] != D)
+    throw CaseError("inputs/ffn_w1", "shape must be [layers, ffn_hidden, hidden] = [" + std::to_string(L) +
+                                         ", D_ff, " + std::to_string(D) + "]");
+  const std::int64_t F = w1->second.shape[1];
+  if (F < 1 || F > (std::int64_t{1} << 20)) throw CaseError("inputs/ffn_w1", "ffn hidden size out of range");
+  if (D * F > (std::int64_t{1} << 26) / L) throw CaseError("inputs/ffn_w1", "FFN too large for the reference");
+  check_tensor(c, "x", c.dtype_x, g.shape);
+  check_tensor(c, "ffn_w1", c.dtype_param, {L, F, D});
+  check_tensor(c, "ffn_b1", c.dtype_param, {L, F});
+  check_tensor(c, "ffn_w2", c.dtype_param, {L, D, F});
+  check_tensor(c, "ffn_b2", c.dtype_param, {L, D});
+  std::vector<std::string> known{"x", "ffn_w1", "ffn_b1", "ffn_w2", "ffn_b2"};
+  if (c.affine != Affine::none) {
+    check_tensor(c, "weight", c.dtype_param, {L, K, D});
+    known.push_back("weight");
+  }
+  if (c.affine == Affine::weight_bias) {
+    check_tensor(c, "bias", c.dtype_param, {L, K, D});
+    known.push_back("bias");
+  }
+  if (c.direction == Direction::backward) {
+    check_tensor(c, "dy", c.dtype_out, g.shape);
+    known.push_back("dy");
+  }
+  for (const auto& [name, t] : c.inputs)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw CaseError("inputs/" + name, "not used by a " + block + " block case");
+  for (const auto& [name, t] : c.inputs)
+    for (double v : t.data)
+      if (!std::isfinite(v))
+        throw CaseError("inputs/" + name, "non-finite values are not evaluated in blocks");
+}
+
+}  // namespace
+
 void validate(const Case& c) {
   const Geometry g = geometry_of(c);
   if (!std::isfinite(c.epsilon) || c.epsilon < 0)
@@ -167,10 +222,11 @@ void validate(const Case& c) {
   if (!std::isfinite(c.weight_offset)) throw CaseError("weight_offset", "must be finite");
   if (c.weight_offset != 0.0 && c.affine == Affine::none)
     throw CaseError("weight_offset", "set but affine is none (there is no weight to offset)");
-  if (c.block != Block::none)
-    throw CaseError("block", "'" + std::string(name_of(c.block)) +
-                                 "' is not evaluated by this version of the reference (only 'none')");
   if (!parse_contract(c.contract)) throw CaseError("contract", "unknown contract '" + c.contract + "'");
+  if (c.block != Block::none) {
+    validate_block(c, g);
+    return;
+  }
 
   check_tensor(c, "x", c.dtype_x, g.shape);
   std::vector<std::string> known{"x"};

@@ -106,8 +106,9 @@ std::optional<double> parse_number(std::string_view text, DType t) {
 
 Case case_from_json(const json& j) {
   if (!j.is_object()) throw CaseError("case", "must be a JSON object");
-  static const std::array<std::string_view, 19> known{
+  static const std::array<std::string_view, 21> known{
       "op", "axis", "axes", "epsilon", "affine", "weight_offset", "residual", "alpha", "block", "direction",
+      "layers", "activation",
       "contract", "dtype_x", "dtype_param", "dtype_out", "dtype_compute", "dtype_residual", "inputs",
       "category", "description"};
   for (const auto& [k, v] : j.items())
@@ -132,6 +133,9 @@ Case case_from_json(const json& j) {
   if (j.contains("block"))
     c.block = parse_enum(j["block"], "block",
                          std::array{Block::none, Block::post, Block::pre, Block::sandwich, Block::deepnorm});
+  if (j.contains("layers")) c.layers = parse_int(j["layers"], "layers");
+  if (j.contains("activation"))
+    c.activation = parse_enum(j["activation"], "activation", std::array{Activation::gelu, Activation::relu});
   if (j.contains("direction"))
     c.direction = parse_enum(j["direction"], "direction", std::array{Direction::forward, Direction::backward});
   if (j.contains("contract")) {
@@ -147,7 +151,7 @@ Case case_from_json(const json& j) {
   if (!j.contains("inputs") || !j["inputs"].is_object()) throw CaseError("inputs", "missing or not an object");
   for (const auto& [name, v] : j["inputs"].items()) {
     DType t = c.dtype_x;
-    if (name == "weight" || name == "bias" || name == "residual_bias") t = c.dtype_param;
+    if (name == "weight" || name == "bias" || name == "residual_bias" || name.rfind("ffn_", 0) == 0) t = c.dtype_param;
     else if (name == "residual") t = c.dtype_residual;
     else if (name == "dy") t = c.dtype_out;
     c.inputs.emplace(name, parse_tensor(v, t, name));

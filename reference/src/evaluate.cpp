@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "blocks.hpp"
 #include "ddouble.hpp"
 #include "exact.hpp"
 #include "row_kernel.hpp"
@@ -799,6 +800,7 @@ Result evaluate(const Case& c, const Options& opt) {
   validate(c);
   if (opt.start_bits < 64 || opt.max_bits < opt.start_bits)
     throw CaseError("options", "start_bits must be >= 64 and max_bits >= start_bits");
+  if (c.block != Block::none) return detail::evaluate_block(c, opt);
   return Evaluator(c, opt).run();
 }
 

@@ -23,6 +23,15 @@ using Rational = boost::multiprecision::mpq_rational;
 class Real {
  public:
   explicit Real(int bits) { mpfr_set_prec(v_.backend().data(), bits); }
+  // Copies keep the source's precision and value exactly.
+  Real(const Real& o) : Real(static_cast<int>(mpfr_get_prec(o.get()))) { mpfr_set(get(), o.get(), MPFR_RNDN); }
+  Real& operator=(const Real& o) {
+    if (this != &o) {
+      mpfr_set_prec(get(), mpfr_get_prec(o.get()));
+      mpfr_set(get(), o.get(), MPFR_RNDN);
+    }
+    return *this;
+  }
   mpfr_ptr get() { return v_.backend().data(); }
   mpfr_srcptr get() const { return v_.backend().data(); }
 

@@ -46,7 +46,9 @@ TEST(Validation, NamesTheBadField) {
   EXPECT_EQ(with([](json& j) { j["axes"] = json::array({0, 0}); }), "axes");
   EXPECT_EQ(with([](json& j) { j["dtype_x"] = "float8"; }), "dtype_x");
   EXPECT_EQ(with([](json& j) { j["contract"] = "llama+nonsense"; }), "contract");
-  EXPECT_EQ(with([](json& j) { j["block"] = "post"; }), "block");
+  EXPECT_EQ(with([](json& j) { j["block"] = "post"; }), "inputs/ffn_w1");  // a block needs its FFN
+  EXPECT_EQ(with([](json& j) { j["block"] = "middle"; }), "block");
+  EXPECT_EQ(with([](json& j) { j["activation"] = "swish"; }), "activation");
   EXPECT_EQ(with([](json& j) { j["inputs"]["weight"]["shape"] = {4}; }), "inputs/weight/data");
   EXPECT_EQ(with([](json& j) { j["inputs"]["weight"] = {{"shape", {2}}, {"data", {1, 1}}}; }), "inputs/weight");
   EXPECT_EQ(with([](json& j) { j["inputs"].erase("bias"); }), "inputs/bias");

@@ -65,7 +65,98 @@ def subnormal(rng: random.Random, dtype: str) -> float:
     return rng.choice((-1.0, 1.0)) * math.ldexp(k, emin - p + 1)
 
 
-def gen_case(seed: int, index: int) -> dict:
+BLOCK_FRACTION = 0.2  # share of residual-block cases in a mixed run
+
+
+def gen_case(seed: int, index: int, blocks_only: bool = False) -> dict:
+    """Case `index` of `seed`: a residual-block case (~20%, or all with blocks_only), else a
+    plain norm case.  Which kind is drawn from its own stream, so the plain cases of a seed are
+    those it gave before blocks existed."""
+    pick = random.Random(f"normcheck-crosscheck/kind/{seed}/{index}").random()
+    if blocks_only or pick < BLOCK_FRACTION:
+        return gen_block_case(seed, index)
+    return gen_plain_case(seed, index)
+
+
+def gen_block_case(seed: int, index: int) -> dict:
+    """A small residual block (post/pre/sandwich/deepnorm), L layers of norm + FFN, finite values
+    kept modest (float16 never overflows).  Families: normal; zero_ffn (W1 = W2 = 0: F = b2, and
+    `pre` gives y = round(x + sum b2)); dead_relu (every relu input < 0: exact rational layers,
+    with output ties possible); hidden1 (D = 1); wide (D, D_ff = 8)."""
+    rng = random.Random(f"normcheck-crosscheck/block/{seed}/{index}")
+    block = rng.choice(list(R.BLOCKS))
+    op = rng.choice(["layernorm", "rmsnorm"])
+    act = rng.choice(["gelu", "relu"])
+    family = rng.choices(["normal", "zero_ffn", "dead_relu", "hidden1", "wide"],
+                         weights=[55, 10, 10, 12, 13])[0]
+    if family == "dead_relu":
+        act = "relu"
+    L = rng.randint(1, 3)
+    D, Dff = rng.randint(1, 8), rng.randint(1, 8)
+    if family == "hidden1":
+        D = 1
+    elif family == "wide":
+        D, Dff = 8, rng.choice([1, 8])
+    lead = rng.choice([[], [1], [2], [3], [4], [2, 2], [1, 3], [2, 1, 2], [4, 1]])
+    shape = lead + [D]
+    rows = math.prod(lead)
+    direction = "backward" if rng.random() < 0.4 else "forward"
+    dtype_x, dtype_param, dtype_out = rng.choice(DTYPES), rng.choice(DTYPES), rng.choice(DTYPES)
+    affine = rng.choice(["none", "weight", "weight_bias"])
+    weight_offset = rng.choice([0.0, 1.0])
+    alpha = 1.0
+    if block == "deepnorm":
+        alpha = rng.choice([1.0, 0.5, 2.5, (2.0 * L) ** 0.25, rng.uniform(0.3, 3.0)])
+    K = 2 if block == "sandwich" else 1
+
+    def draw(dt, mu, sig, n):
+        return [in_dtype(rng.gauss(mu, sig), dt, 1000.0) for _ in range(n)]
+
+    sigma = 10 ** rng.uniform(-1.3, 0.7)
+    x = draw(dtype_x, rng.choice([0.0, rng.uniform(-2, 2)]), sigma, rows * D)
+    w1 = draw(dtype_param, 0, 1 / math.sqrt(D), L * Dff * D)
+    b1 = draw(dtype_param, 0, 0.5, L * Dff)
+    w2 = draw(dtype_param, 0, 1 / math.sqrt(Dff), L * D * Dff)
+    b2 = draw(dtype_param, 0, 0.5, L * D)
+    if family == "zero_ffn":
+        w1, w2 = [0.0] * len(w1), [0.0] * len(w2)
+        if rng.random() < 0.5:
+            b1, b2 = [0.0] * len(b1), [0.0] * len(b2)
+    elif family == "dead_relu":  # |W1 v| <= 0.01 * 8 * |v|, v <= a few units: a < 0
+        w1 = [in_dtype(v * 2.0 ** -10, dtype_param) for v in w1]
+        b1 = [in_dtype(-rng.uniform(4, 20), dtype_param) for _ in b1]
+    inputs = {"x": {"shape": shape, "data": [hexval(v) for v in x]},
+              "ffn_w1": {"shape": [L, Dff, D], "data": [hexval(v) for v in w1]},
+              "ffn_b1": {"shape": [L, Dff], "data": [hexval(v) for v in b1]},
+              "ffn_w2": {"shape": [L, D, Dff], "data": [hexval(v) for v in w2]},
+              "ffn_b2": {"shape": [L, D], "data": [hexval(v) for v in b2]}}
+    if affine != "none":
+        mu = 1.0 - weight_offset
+        w = draw(dtype_param, mu, 0.3, L * K * D)
+        inputs["weight"] = {"shape": [L, K, D], "data": [hexval(v) for v in w]}
+    if affine == "weight_bias":
+        inputs["bias"] = {"shape": [L, K, D],
+                          "data": [hexval(v) for v in draw(dtype_param, 0, 0.5, L * K * D)]}
+    if direction == "backward":
+        inputs["dy"] = {"shape": shape, "data": [hexval(v) for v in draw(dtype_out, 0, 1, rows * D)]}
+    eps_choice = rng.choice(["1e-5", "1e-6", "0.1", "hex", "zero"])
+    if eps_choice == "zero" and (family != "normal" or D < 3):
+        eps_choice = "1e-5"
+    eps = {"1e-5": 1e-5, "1e-6": 1e-6, "0.1": 0.1, "zero": 0.0,
+           "hex": 10 ** rng.uniform(-12, 0)}[eps_choice]
+    case = {"op": op, "block": block, "layers": L, "activation": act, "axis": -1,
+            "affine": affine, "residual": "none", "alpha": alpha, "direction": direction,
+            "contract": "exact", "dtype_x": dtype_x, "dtype_param": dtype_param,
+            "dtype_out": dtype_out, "dtype_compute": rng.choice(["float32", "float64"]),
+            "dtype_residual": dtype_x,
+            "epsilon": eps if (eps_choice != "hex" and rng.random() < 0.5) else hexval(eps),
+            "inputs": inputs}
+    if affine != "none":
+        case["weight_offset"] = weight_offset
+    return case
+
+
+def gen_plain_case(seed: int, index: int) -> dict:
     rng = random.Random(f"normcheck-crosscheck/{seed}/{index}")
     op = rng.choice(["layernorm", "rmsnorm"])
     family = rng.choices(

@@ -443,6 +443,8 @@ def _finite(v) -> bool:
 
 
 def evaluate(case: dict) -> dict:
+    if case.get("block", "none") != "none":
+        return evaluate_block(case)
     op = case["op"]
     assert op in ("layernorm", "rmsnorm")
     dx_ = case.get("dtype_x", "float32")
@@ -616,4 +618,512 @@ def evaluate(case: dict) -> dict:
             for c in range(N):
                 put(e, c, acc[c], dparam)
         outputs[name] = e
+    return outputs
+
+
+# ----------------------------------------------------------------------------------------------
+# Residual blocks (post / pre / sandwich / deepnorm): exact rationals where possible, rigorous
+# mpmath balls elsewhere
+# ----------------------------------------------------------------------------------------------
+#
+# A block value involves erf, exp and 1/sqrt of sums of irrational terms, so the SqrtSum form
+# above no longer applies.  Every quantity of a layer is held either as an exact `Fraction`
+# (inputs, and everything computed from rationals only: sums, products, relu, gelu(0) = 0,
+# gelu'(0) = 1/2, 1/sqrt of a perfect square, products with an exact 0) or as a `Ball`
+# (mid, rad): an mpmath midpoint at the working precision and a radius that bounds, rigorously,
+# |exact - mid|.  Radii propagate first-order terms plus the second-order product term, every
+# rounding of a midpoint (2^(2-p) |mid|, 2^(10-p) |mid| for erf and exp) and a factor 1 + 2^-20
+# for the roundings of the radius computation itself; erf is Lipschitz with 2/sqrt(pi) < 1.13,
+# exp on [m - r, m + r] with exp(m) (e^r - 1) <= 2 r exp(m) (r <= 1/2), 1/sqrt on [lo, hi] with
+# lo^(-3/2)/2.  A value is rounded when both ends of its ball (exact rationals) round alike; an
+# exact Fraction is rounded exactly (ties included).  The same rule decides each intermediate
+# layer output (rounded to dtype_x); when one is undecided the whole case is recomputed at twice
+# the precision (640, 1280, 2560 bits), and after that it is not compared (BLOCK_SKIPPED).
+# Output elements left undecided at 640 bits are retried at the higher precisions as well.
+
+BLOCKS = ("post", "pre", "sandwich", "deepnorm")
+_BLOCK_PRECS = (640, 1280, 2560)
+BLOCK_SKIPPED = [0]  # block cases not compared: an intermediate rounding stayed undecided
+
+
+class _Undecided(Exception):
+    """An intermediate decision (layer rounding, sign for relu', q > 0) is open at this prec."""
+
+
+class _NotCompared(Exception):
+    """The case leaves the domain the reference evaluates (non-finite values, q == 0)."""
+
+
+class Ball:
+    """Rigorous enclosure [m - r, m + r] (mpmath mpf midpoint and radius)."""
+
+    __slots__ = ("m", "r")
+
+    def __init__(self, m, r):
+        self.m = m
+        self.r = r
+
+    def bounds(self):
+        """Exact rational ends of the ball."""
+        m, r = mpf_to_fraction(self.m), mpf_to_fraction(self.r)
+        return m - r, m + r
+
+
+class _BallCtx:
+    """Per-precision constants (set by evaluate_block for each working precision)."""
+    prec = 0
+    U = K = ZERO = U_FN = None
+    C_SQRT1_2 = C_INV_SQRT_2PI = None
+
+
+_B = _BallCtx()
+
+
+def _ball_setup(prec: int):
+    _B.prec = prec
+    _B.U = mpmath.mpf(2) ** (2 - prec)      # bound on one rounding of a midpoint, relative
+    _B.U_FN = mpmath.mpf(2) ** (10 - prec)  # the same for erf / exp / 1/sqrt (generous)
+    _B.K = 1 + mpmath.mpf(2) ** -20         # covers the roundings of radius computations
+    _B.ZERO = mpmath.mpf(0)
+    c = 1 / mpmath.sqrt(2)
+    _B.C_SQRT1_2 = Ball(c, abs(c) * _B.U_FN)
+    c = 1 / mpmath.sqrt(2 * mpmath.pi)
+    _B.C_INV_SQRT_2PI = Ball(c, abs(c) * _B.U_FN)
+
+
+def _as_ball(v) -> Ball:
+    if isinstance(v, Ball):
+        return v
+    n, d = v.numerator, v.denominator
+    m = mpmath.mpf(n) / d
+    if d & (d - 1) == 0 and abs(n).bit_length() <= _B.prec:
+        return Ball(m, _B.ZERO)  # dyadic that fits: exact
+    return Ball(m, abs(m) * _B.U)
+
+
+def b_add(a, b):
+    if isinstance(a, Fraction):
+        if isinstance(b, Fraction):
+            return a + b
+        if a == 0:
+            return b
+    elif isinstance(b, Fraction) and b == 0:
+        return a
+    a, b = _as_ball(a), _as_ball(b)
+    m = a.m + b.m
+    return Ball(m, (a.r + b.r) * _B.K + abs(m) * _B.U)
+
+
+def b_neg(a):
+    return -a if isinstance(a, Fraction) else Ball(-a.m, a.r)
+
+
+def b_sub(a, b):
+    return b_add(a, b_neg(b))
+
+
+def b_mul(a, b):
+    if isinstance(a, Fraction):
+        if isinstance(b, Fraction):
+            return a * b
+        if a == 0:
+            return Fraction(0)
+    elif isinstance(b, Fraction) and b == 0:
+        return Fraction(0)
+    a, b = _as_ball(a), _as_ball(b)
+    m = a.m * b.m
+    r = abs(a.m) * b.r + abs(b.m) * a.r + a.r * b.r
+    return Ball(m, r * _B.K + abs(m) * _B.U)
+
+
+def b_sum(vals):
+    """Sum; the exact (Fraction) terms are added exactly first."""
+    q = Fraction(0)
+    balls = []
+    for v in vals:
+        if isinstance(v, Fraction):
+            q += v
+        else:
+            balls.append(v)
+    if not balls:
+        return q
+    m = mpmath.fsum([b.m for b in balls])
+    r = mpmath.fsum([b.r for b in balls])
+    acc = Ball(m, r * _B.K + abs(m) * _B.U)
+    return b_add(acc, q)
+
+
+def b_dot(ws, vs):
+    return b_sum([b_mul(w, v) for w, v in zip(ws, vs)])
+
+
+def b_sign(a) -> int:
+    """Sign of the exact value; raises _Undecided when the ball contains 0 (and is not 0)."""
+    if isinstance(a, Fraction):
+        return (a > 0) - (a < 0)
+    if a.m > a.r:  # exact mpf comparisons
+        return 1
+    if -a.m > a.r:
+        return -1
+    raise _Undecided("sign")
+
+
+def b_inv_sqrt(q):
+    """1/sqrt(q), q > 0."""
+    if isinstance(q, Fraction):
+        if q <= 0:
+            raise _NotCompared("q <= 0 in a norm")
+        r = _exact_inv_sqrt(q)
+        if r is not None:
+            return r
+        q = _as_ball(q)
+    lo = (q.m - q.r) * (1 - _B.U)
+    if not lo > 0:
+        raise _Undecided("q")
+    m = 1 / mpmath.sqrt(q.m)
+    r = q.r / (2 * lo * mpmath.sqrt(lo))
+    return Ball(m, r * _B.K * _B.K + abs(m) * _B.U_FN)
+
+
+def b_erf(a):
+    if isinstance(a, Fraction) and a == 0:
+        return Fraction(0)
+    a = _as_ball(a)
+    m = mpmath.erf(a.m)
+    return Ball(m, a.r * mpmath.mpf(1.13) * _B.K + abs(m) * _B.U_FN)
+
+
+def b_exp(a):
+    if isinstance(a, Fraction) and a == 0:
+        return Fraction(1)
+    a = _as_ball(a)
+    if a.r > 0.5:
+        raise _Undecided("exp of a wide ball")
+    m = mpmath.exp(a.m)
+    return Ball(m, 2 * a.r * m * _B.K + abs(m) * _B.U_FN)
+
+
+def act_value(name: str, a):
+    if name == "relu":
+        if isinstance(a, Fraction):
+            return a if a > 0 else Fraction(0)
+        if a.m > a.r:
+            return a
+        if -a.m > a.r:
+            return Fraction(0)
+        hi = (a.m + a.r) * _B.K  # the exact value is in [0, hi]
+        return Ball(hi / 2, hi / 2 * _B.K)
+    # gelu(u) = u/2 (1 + erf(u/sqrt 2))
+    if isinstance(a, Fraction) and a == 0:
+        return Fraction(0)
+    e = b_erf(b_mul(a, _B.C_SQRT1_2))
+    return b_mul(b_mul(a, Fraction(1, 2)), b_add(Fraction(1), e))
+
+
+def act_deriv(name: str, a):
+    if name == "relu":  # relu'(0) = 0
+        if isinstance(a, Fraction):
+            return Fraction(1) if a > 0 else Fraction(0)
+        if a.m > a.r:
+            return Fraction(1)
+        if -a.m > a.r:
+            return Fraction(0)
+        return Ball(mpmath.mpf(0.5), mpmath.mpf(0.5))  # either 0 or 1: enclose both
+    # gelu'(u) = Phi(u) + u phi(u)
+    if isinstance(a, Fraction) and a == 0:
+        return Fraction(1, 2)
+    Phi = b_mul(Fraction(1, 2), b_add(Fraction(1), b_erf(b_mul(a, _B.C_SQRT1_2))))
+    phi = b_mul(_B.C_INV_SQRT_2PI, b_exp(b_mul(Fraction(-1, 2), b_mul(a, a))))
+    return b_add(Phi, b_mul(a, phi))
+
+
+def round_block_value(v, dtype: str):
+    """Decided rounding of a Fraction or Ball; None when the ball straddles a boundary."""
+    if isinstance(v, Fraction):
+        return round_fraction(v, dtype)
+    lo, hi = v.bounds()
+    t_lo, t_hi = round_fraction(lo, dtype), round_fraction(hi, dtype)
+    return t_hi if t_lo == t_hi else None  # +0 == -0 deliberately
+
+
+class _BlockCase:
+    """Parsed inputs of a block case (exact Fractions), independent of the precision."""
+
+    def __init__(self, case: dict):
+        self.block = case["block"]
+        if self.block not in BLOCKS:
+            raise ValueError(f"unknown block {self.block!r}")
+        self.op = case["op"]
+        assert self.op in ("layernorm", "rmsnorm")
+        if case.get("axes") is not None or case.get("axis", -1) != -1:
+            raise ValueError("blocks normalize axis -1 only")
+        if case.get("residual", "none") != "none":
+            raise ValueError("blocks require residual none")
+        if case.get("contract", "exact") != "exact":
+            raise ValueError("blocks require contract exact")
+        self.act = case.get("activation", "gelu")
+        if self.act not in ("gelu", "relu"):
+            raise ValueError(f"unknown activation {self.act!r}")
+        self.dx = case.get("dtype_x", "float32")
+        self.dparam = case.get("dtype_param", "float32")
+        self.dout = case.get("dtype_out", "float32")
+        self.eps = parse_in(case.get("epsilon", 1e-5), "float64")
+        self.alpha = parse_in(case.get("alpha", 1.0), "float64")
+        if self.block != "deepnorm" and self.alpha != 1:
+            raise ValueError("alpha must be 1 outside deepnorm")
+        self.woff = parse_in(case.get("weight_offset", 0.0), "float64")
+        self.affine = case.get("affine", "weight_bias")
+        self.direction = case.get("direction", "forward")
+        ins = case["inputs"]
+        self.shape = list(ins["x"]["shape"])
+        D = self.D = self.shape[-1]
+        self.rows = math.prod(self.shape[:-1])
+        w1s = list(ins["ffn_w1"]["shape"])
+        if len(w1s) != 3 or w1s[2] != D:
+            raise ValueError("ffn_w1 must be [L, D_ff, D]")
+        L, F = self.L, self.F = w1s[0], w1s[1]
+        if int(case.get("layers", L)) != L or L < 1:
+            raise ValueError("layers does not match ffn_w1")
+        self.K = 2 if self.block == "sandwich" else 1
+        p = self.dparam
+        self.x = _tensor(case, "x", self.dx, self.shape)
+        self.w1 = _tensor(case, "ffn_w1", p, [L, F, D])
+        self.b1 = _tensor(case, "ffn_b1", p, [L, F])
+        self.w2 = _tensor(case, "ffn_w2", p, [L, D, F])
+        self.b2 = _tensor(case, "ffn_b2", p, [L, D])
+        has_w = self.affine in ("weight", "weight_bias")
+        self.w = _tensor(case, "weight", p, [L, self.K, D]) if has_w else None
+        self.b = _tensor(case, "bias", p, [L, self.K, D]) if self.affine == "weight_bias" else None
+        self.dy = _tensor(case, "dy", self.dout, self.shape) if self.direction == "backward" \
+            else None
+        self.finite = all(_finite(v) for t in (self.x, self.w1, self.b1, self.w2, self.b2,
+                                               self.w or [], self.b or [], self.dy or [])
+                          for v in t) and _finite(self.eps) and _finite(self.alpha)
+
+    def scale(self, l, k):
+        D = self.D
+        if self.w is None:
+            return [Fraction(1)] * D
+        return [self.woff + v for v in self.w[(l * self.K + k) * D:(l * self.K + k + 1) * D]]
+
+    def shift(self, l, k):
+        D = self.D
+        if self.b is None:
+            return None
+        return self.b[(l * self.K + k) * D:(l * self.K + k + 1) * D]
+
+
+def _norm_fwd(bc, l, k, h):
+    """Plain norm of one row h (Fractions / Balls) with weight[l][k], bias[l][k]."""
+    D = len(h)
+    if bc.op == "layernorm":
+        if D == 1:
+            cen = [Fraction(0)]  # h - mean(h) is exactly 0
+        else:
+            mean = b_mul(b_sum(h), Fraction(1, D))
+            cen = [b_sub(v, mean) for v in h]
+    else:
+        cen = list(h)
+    q = b_add(b_mul(b_sum([b_mul(c, c) for c in cen]), Fraction(1, D)), bc.eps)
+    rstd = b_inv_sqrt(q)
+    xhat = [b_mul(c, rstd) for c in cen]
+    sc, sh = bc.scale(l, k), bc.shift(l, k)
+    y = [b_mul(xh, s) for xh, s in zip(xhat, sc)]
+    if sh is not None:
+        y = [b_add(v, s) for v, s in zip(y, sh)]
+    return y, (cen, q, rstd, xhat)
+
+
+def _norm_bwd(bc, l, k, cache, dyn, grads):
+    """dh of one norm row; accumulates dweight[l][k], dbias[l][k]."""
+    cen, q, rstd, xhat = cache
+    D = len(cen)
+    sc = bc.scale(l, k)
+    base = (l * bc.K + k) * D
+    if grads.get("dweight") is not None:
+        for c in range(D):
+            grads["dweight"][base + c].append(b_mul(dyn[c], xhat[c]))
+    if grads.get("dbias") is not None:
+        for c in range(D):
+            grads["dbias"][base + c].append(dyn[c])
+    if bc.op == "layernorm" and D == 1:
+        return [Fraction(0)]  # y does not depend on h
+    g = [b_mul(d, s) for d, s in zip(dyn, sc)]
+    invq = Fraction(1) / q if isinstance(q, Fraction) else b_mul(rstd, rstd)
+    mgc = b_mul(b_dot(g, cen), Fraction(1, D))  # mean(g*cen)
+    t = b_mul(mgc, invq)
+    mg = b_mul(b_sum(g), Fraction(1, D)) if bc.op == "layernorm" else Fraction(0)
+    return [b_mul(rstd, b_sub(b_sub(g[c], mg), b_mul(cen[c], t))) for c in range(D)]
+
+
+def _ffn_fwd(bc, l, v):
+    D, F = bc.D, bc.F
+    a = []
+    for j in range(F):
+        row = bc.w1[(l * F + j) * D:(l * F + j + 1) * D]
+        a.append(b_add(b_dot(row, v), bc.b1[l * F + j]))
+    z = [act_value(bc.act, aj) for aj in a]
+    f = []
+    for i in range(D):
+        row = bc.w2[(l * D + i) * F:(l * D + i + 1) * F]
+        f.append(b_add(b_dot(row, z), bc.b2[l * D + i]))
+    return f, (v, a, z)
+
+
+def _ffn_bwd(bc, l, cache, df, grads):
+    v, a, z = cache
+    D, F = bc.D, bc.F
+    for i in range(D):
+        grads["dffn_b2"][l * D + i].append(df[i])
+        for j in range(F):
+            grads["dffn_w2"][(l * D + i) * F + j].append(b_mul(df[i], z[j]))
+    da = []
+    for j in range(F):
+        dz = b_dot([bc.w2[(l * D + i) * F + j] for i in range(D)], df)
+        da.append(b_mul(dz, act_deriv(bc.act, a[j])) if not (isinstance(dz, Fraction) and dz == 0)
+                  else Fraction(0))
+    for j in range(F):
+        grads["dffn_b1"][l * F + j].append(da[j])
+        for k in range(D):
+            grads["dffn_w1"][(l * F + j) * D + k].append(b_mul(da[j], v[k]))
+    return [b_dot([bc.w1[(l * F + j) * D + k] for j in range(F)], da) for k in range(D)]
+
+
+def _layer_fwd(bc, l, u):
+    blk = bc.block
+    if blk == "post":
+        f, fc = _ffn_fwd(bc, l, u)
+        out, nc = _norm_fwd(bc, l, 0, [b_add(a, b) for a, b in zip(u, f)])
+        return out, (fc, nc)
+    if blk == "deepnorm":
+        f, fc = _ffn_fwd(bc, l, u)
+        out, nc = _norm_fwd(bc, l, 0, [b_add(b_mul(bc.alpha, a), b) for a, b in zip(u, f)])
+        return out, (fc, nc)
+    if blk == "pre":
+        v, nc = _norm_fwd(bc, l, 0, u)
+        f, fc = _ffn_fwd(bc, l, v)
+        return [b_add(a, b) for a, b in zip(u, f)], (fc, nc)
+    # sandwich
+    v, nc0 = _norm_fwd(bc, l, 0, u)
+    f, fc = _ffn_fwd(bc, l, v)
+    w, nc1 = _norm_fwd(bc, l, 1, f)
+    return [b_add(a, b) for a, b in zip(u, w)], (fc, nc0, nc1)
+
+
+def _layer_bwd(bc, l, cache, dout, grads):
+    blk = bc.block
+    if blk in ("post", "deepnorm"):
+        fc, nc = cache
+        dh = _norm_bwd(bc, l, 0, nc, dout, grads)
+        dv = _ffn_bwd(bc, l, fc, dh, grads)
+        c = bc.alpha if blk == "deepnorm" else Fraction(1)
+        return [b_add(b_mul(c, a), b) for a, b in zip(dh, dv)]
+    if blk == "pre":
+        fc, nc = cache
+        dv = _ffn_bwd(bc, l, fc, dout, grads)
+        return [b_add(a, b) for a, b in zip(dout, _norm_bwd(bc, l, 0, nc, dv, grads))]
+    fc, nc0, nc1 = cache
+    df = _norm_bwd(bc, l, 1, nc1, dout, grads)
+    dv = _ffn_bwd(bc, l, fc, df, grads)
+    return [b_add(a, b) for a, b in zip(dout, _norm_bwd(bc, l, 0, nc0, dv, grads))]
+
+
+def block_exact(bc: _BlockCase, prec: int, round_between=True):
+    """Exact values (Fractions / Balls at `prec`) of every output of a block case.
+
+    Returns {name: list of values} in row-major order; raises _Undecided when an intermediate
+    rounding (or a sign it needs) is not decided at this precision.  With round_between=False
+    the intermediate roundings to dtype_x are skipped (used by the self-tests only).
+    """
+    _ball_setup(prec)
+    D, L = bc.D, bc.L
+    y = []
+    dx = []
+    grads = None
+    if bc.direction == "backward":
+        grads = {"dffn_w1": [[] for _ in range(L * bc.F * D)], "dffn_b1": [[] for _ in range(L * bc.F)],
+                 "dffn_w2": [[] for _ in range(L * D * bc.F)], "dffn_b2": [[] for _ in range(L * D)],
+                 "dweight": [[] for _ in range(L * bc.K * D)] if bc.w is not None else None,
+                 "dbias": [[] for _ in range(L * bc.K * D)] if bc.b is not None else None}
+    for r in range(bc.rows):
+        u = bc.x[r * D:(r + 1) * D]
+        caches = []
+        for l in range(L):
+            out, cache = _layer_fwd(bc, l, u)
+            caches.append(cache)
+            if l < L - 1:
+                if round_between:
+                    nxt = []
+                    for v in out:
+                        t = round_block_value(v, bc.dx)
+                        if t is None:
+                            raise _Undecided("intermediate layer rounding")
+                        if not math.isfinite(t):
+                            raise _NotCompared("intermediate layer output overflows dtype_x")
+                        nxt.append(Fraction(t))
+                    u = nxt
+                else:
+                    u = out
+            else:
+                y.extend(out)
+        if grads is not None:
+            d = bc.dy[r * D:(r + 1) * D]
+            for l in range(L - 1, -1, -1):
+                d = _layer_bwd(bc, l, caches[l], d, grads)
+            dx.extend(d)
+    if grads is None:
+        return {"y": y}
+    res = {"dx": dx}
+    for name in ("dweight", "dbias", "dffn_w1", "dffn_b1", "dffn_w2", "dffn_b2"):
+        if grads[name] is not None:
+            res[name] = [b_sum(terms) for terms in grads[name]]
+    return res
+
+
+def evaluate_block(case: dict) -> dict:
+    bc = _BlockCase(case)
+    D, L, F, K = bc.D, bc.L, bc.F, bc.K
+    if bc.direction == "forward":
+        spec = {"y": (bc.dout, bc.shape)}
+    else:
+        spec = {"dx": (bc.dx, bc.shape)}
+        if bc.w is not None:
+            spec["dweight"] = (bc.dparam, [L, K, D])
+        if bc.b is not None:
+            spec["dbias"] = (bc.dparam, [L, K, D])
+        spec.update({"dffn_w1": (bc.dparam, [L, F, D]), "dffn_b1": (bc.dparam, [L, F]),
+                     "dffn_w2": (bc.dparam, [L, D, F]), "dffn_b2": (bc.dparam, [L, D])})
+    outputs = {n: {"dtype": dt, "shape": list(s), "values": [None] * math.prod(s),
+                   "f64": [None] * math.prod(s)} for n, (dt, s) in spec.items()}
+    if not bc.finite:
+        return outputs  # not evaluated for blocks: nothing compared
+    open_ = {n: set(range(len(o["values"]))) for n, o in outputs.items()}
+    skipped = False
+    for prec in _BLOCK_PRECS:
+        try:
+            with mpmath.workprec(prec):
+                vals = block_exact(bc, prec)
+        except _NotCompared:
+            skipped = True
+            break
+        except _Undecided:
+            if prec == _BLOCK_PRECS[-1]:
+                skipped = True
+            continue
+        for n, o in outputs.items():
+            for i in list(open_[n]):
+                v = vals[n][i]
+                a, b = round_block_value(v, o["dtype"]), round_block_value(v, "float64")
+                if a is not None and b is not None:
+                    o["values"][i], o["f64"][i] = a, b
+                    open_[n].discard(i)
+        if not any(open_.values()):
+            break
+    if skipped:
+        BLOCK_SKIPPED[0] += 1
+        for o in outputs.values():
+            o["values"] = [None] * len(o["values"])
+            o["f64"] = [None] * len(o["f64"])
+        return outputs
+    UNDECIDED[0] += sum(len(s) for s in open_.values())
     return outputs

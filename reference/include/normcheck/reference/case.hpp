@@ -17,12 +17,14 @@ enum class Affine : std::uint8_t { none, weight, weight_bias };
 enum class Residual : std::uint8_t { none, add, add_bias };
 enum class Block : std::uint8_t { none, post, pre, sandwich, deepnorm };
 enum class Direction : std::uint8_t { forward, backward };
+enum class Activation : std::uint8_t { gelu, relu };  // gelu: the exact erf form
 
 std::string_view name_of(Op);
 std::string_view name_of(Affine);
 std::string_view name_of(Residual);
 std::string_view name_of(Block);
 std::string_view name_of(Direction);
+std::string_view name_of(Activation);
 
 // A dense row-major tensor whose elements are values of `dtype`, held exactly as binary64.
 struct Tensor {
@@ -55,6 +57,11 @@ struct Case {
   Residual residual = Residual::none;
   double alpha = 1.0;  // h = alpha * x + residual (+ residual_bias)
   Block block = Block::none;
+  // Blocks: L layers, each with a position-wise FFN F(v) = W2 act(W1 v + b1) + b2; inputs
+  // ffn_w1 [L, D_ff, D], ffn_b1 [L, D_ff], ffn_w2 [L, D, D_ff], ffn_b2 [L, D], and the norms'
+  // weight/bias [L, K, D] (K = 2 for sandwich, else 1). See reference/README.md.
+  std::int64_t layers = 1;
+  Activation activation = Activation::gelu;
   Direction direction = Direction::forward;
   std::string contract = "exact";
   DType dtype_x = DType::float32;
@@ -83,6 +90,7 @@ struct Geometry {
 // Hard limits that keep an absurd case from exhausting memory: reported as CaseError.
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 31;
 inline constexpr std::int64_t kMaxRank = 8;
+inline constexpr std::int64_t kMaxLayers = 64;
 
 Geometry geometry_of(const Case& c);  // validates shape/axis; throws CaseError
 void validate(const Case& c);         // full validation; throws CaseError

@@ -1,0 +1,482 @@
+// Residual blocks. Inside a layer nothing is rounded; each layer's output but the last is
+// rounded to dtype_x (the activation dtype) and feeds the next layer; the block output is
+// rounded once. Everything is an MPFR interval at the working precision; when any rounding on
+// the way (an intermediate layer output or a final output) is undecided, the whole case is
+// evaluated again at twice the precision, up to Options::max_bits.
+//
+// Backward: the gradient of sum(dy * y) with respect to x and every parameter, the rounding of
+// intermediate layer outputs being the identity for the gradient (as in autograd).
+#include "blocks.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "exact.hpp"
+
+namespace normcheck::ref::detail {
+namespace {
+
+using Iv = Enclosure;
+using Vec = std::vector<Iv>;
+
+Vec make_vec(std::size_t n, int bits) {
+  Vec v;
+  v.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) v.emplace_back(bits);
+  return v;
+}
+
+void set(Iv& o, double v) { enclose(o, v); }
+void set_zero(Iv& o) {
+  mpfr_set_zero(o.lo.get(), 1);
+  mpfr_set_zero(o.hi.get(), 1);
+}
+void copy(Iv& o, const Iv& a) {
+  mpfr_set(o.lo.get(), a.lo.get(), MPFR_RNDD);
+  mpfr_set(o.hi.get(), a.hi.get(), MPFR_RNDU);
+}
+void acc(Iv& o, const Iv& a) {  // o += a
+  mpfr_add(o.lo.get(), o.lo.get(), a.lo.get(), MPFR_RNDD);
+  mpfr_add(o.hi.get(), o.hi.get(), a.hi.get(), MPFR_RNDU);
+}
+void sub(Iv& o, const Iv& a, const Iv& b) {  // o = a - b (o may alias a, not b)
+  mpfr_sub(o.lo.get(), a.lo.get(), b.hi.get(), MPFR_RNDD);
+  mpfr_sub(o.hi.get(), a.hi.get(), b.lo.get(), MPFR_RNDU);
+}
+// o += w * a with w an exact binary64.
+void acc_mul_d(Iv& o, double w, const Iv& a, Real& t) {
+  if (w >= 0) {
+    mpfr_mul_d(t.get(), a.lo.get(), w, MPFR_RNDD);
+    mpfr_add(o.lo.get(), o.lo.get(), t.get(), MPFR_RNDD);
+    mpfr_mul_d(t.get(), a.hi.get(), w, MPFR_RNDU);
+    mpfr_add(o.hi.get(), o.hi.get(), t.get(), MPFR_RNDU);
+  } else {
+    mpfr_mul_d(t.get(), a.hi.get(), w, MPFR_RNDD);
+    mpfr_add(o.lo.get(), o.lo.get(), t.get(), MPFR_RNDD);
+    mpfr_mul_d(t.get(), a.lo.get(), w, MPFR_RNDU);
+    mpfr_add(o.hi.get(), o.hi.get(), t.get(), MPFR_RNDU);
+  }
+}
+void mul_d(Iv& o, const Iv& a, double w, Real& t) {
+  set_zero(o);
+  acc_mul_d(o, w, a, t);
+}
+void div_n(Iv& o, const Iv& a, long n) {  // n > 0
+  mpfr_div_si(o.lo.get(), a.lo.get(), n, MPFR_RNDD);
+  mpfr_div_si(o.hi.get(), a.hi.get(), n, MPFR_RNDU);
+}
+void sqr(Iv& o, const Iv& a) {
+  if (mpfr_sgn(a.lo.get()) >= 0) {
+    mpfr_sqr(o.lo.get(), a.lo.get(), MPFR_RNDD);
+    mpfr_sqr(o.hi.get(), a.hi.get(), MPFR_RNDU);
+  } else if (mpfr_sgn(a.hi.get()) <= 0) {
+    Real t(static_cast<int>(mpfr_get_prec(o.lo.get())));
+    mpfr_sqr(t.get(), a.hi.get(), MPFR_RNDD);
+    mpfr_sqr(o.hi.get(), a.lo.get(), MPFR_RNDU);
+    mpfr_set(o.lo.get(), t.get(), MPFR_RNDD);
+  } else {
+    Real t(static_cast<int>(mpfr_get_prec(o.lo.get())));
+    mpfr_sqr(t.get(), a.lo.get(), MPFR_RNDU);
+    mpfr_sqr(o.hi.get(), a.hi.get(), MPFR_RNDU);
+    mpfr_max(o.hi.get(), o.hi.get(), t.get(), MPFR_RNDU);
+    mpfr_set_zero(o.lo.get(), 1);
+  }
+}
+void rec_sqrt(Iv& o, const Iv& q) {  // q >= 0; an end at 0 gives +inf
+  Real lo(static_cast<int>(mpfr_get_prec(o.lo.get())));
+  mpfr_rec_sqrt(lo.get(), q.hi.get(), MPFR_RNDD);
+  mpfr_rec_sqrt(o.hi.get(), q.lo.get(), MPFR_RNDU);
+  mpfr_set(o.lo.get(), lo.get(), MPFR_RNDD);
+}
+bool width_finite(const Iv& a) { return mpfr_number_p(a.lo.get()) && mpfr_number_p(a.hi.get()); }
+
+// Constants of the GELU, enclosed at the working precision.
+struct GeluConstants {
+  Iv inv_sqrt2, inv_sqrt_2pi;
+  explicit GeluConstants(int bits) : inv_sqrt2(bits), inv_sqrt_2pi(bits) {
+    Real two(bits), pi(bits);
+    mpfr_set_ui(two.get(), 2, MPFR_RNDN);
+    mpfr_rec_sqrt(inv_sqrt2.lo.get(), two.get(), MPFR_RNDD);
+    mpfr_rec_sqrt(inv_sqrt2.hi.get(), two.get(), MPFR_RNDU);
+    mpfr_const_pi(pi.get(), MPFR_RNDU);  // 1/sqrt(2 pi) is decreasing in pi
+    mpfr_mul_2ui(pi.get(), pi.get(), 1, MPFR_RNDU);
+    mpfr_rec_sqrt(inv_sqrt_2pi.lo.get(), pi.get(), MPFR_RNDD);
+    mpfr_const_pi(pi.get(), MPFR_RNDD);
+    mpfr_mul_2ui(pi.get(), pi.get(), 1, MPFR_RNDD);
+    mpfr_rec_sqrt(inv_sqrt_2pi.hi.get(), pi.get(), MPFR_RNDU);
+  }
+};
+
+// Phi(u) = (1 + erf(u / sqrt 2)) / 2: erf is increasing.
+void normal_cdf(Iv& o, const Iv& u, const GeluConstants& k) {
+  Iv t(static_cast<int>(mpfr_get_prec(o.lo.get())));
+  mul(t, u, k.inv_sqrt2);
+  mpfr_erf(o.lo.get(), t.lo.get(), MPFR_RNDD);
+  mpfr_erf(o.hi.get(), t.hi.get(), MPFR_RNDU);
+  mpfr_add_ui(o.lo.get(), o.lo.get(), 1, MPFR_RNDD);
+  mpfr_add_ui(o.hi.get(), o.hi.get(), 1, MPFR_RNDU);
+  mpfr_div_2ui(o.lo.get(), o.lo.get(), 1, MPFR_RNDD);
+  mpfr_div_2ui(o.hi.get(), o.hi.get(), 1, MPFR_RNDU);
+}
+
+void activation(Iv& o, const Iv& u, Activation act, const GeluConstants& k) {
+  if (act == Activation::relu) {
+    if (mpfr_sgn(u.lo.get()) < 0) mpfr_set_zero(o.lo.get(), 1);
+    else mpfr_set(o.lo.get(), u.lo.get(), MPFR_RNDD);
+    if (mpfr_sgn(u.hi.get()) < 0) mpfr_set_zero(o.hi.get(), 1);
+    else mpfr_set(o.hi.get(), u.hi.get(), MPFR_RNDU);
+    return;
+  }
+  Iv phi(static_cast<int>(mpfr_get_prec(o.lo.get())));
+  normal_cdf(phi, u, k);
+  mul(o, u, phi);  // gelu(u) = u Phi(u)
+}
+
+// act'(u): relu' = 1 for u > 0, 0 for u <= 0 (0 at 0); gelu' = Phi(u) + u phi(u).
+void activation_grad(Iv& o, const Iv& u, Activation act, const GeluConstants& k) {
+  if (act == Activation::relu) {
+    const bool pos = mpfr_sgn(u.lo.get()) > 0;
+    const bool nonpos = mpfr_sgn(u.hi.get()) <= 0;
+    mpfr_set_ui(o.lo.get(), pos ? 1 : 0, MPFR_RNDD);
+    mpfr_set_ui(o.hi.get(), nonpos ? 0 : 1, MPFR_RNDU);
+    return;
+  }
+  const int bits = static_cast<int>(mpfr_get_prec(o.lo.get()));
+  Iv cdf(bits), e(bits), t(bits);
+  normal_cdf(cdf, u, k);
+  sqr(t, u);  // exp(-u^2/2) is decreasing in u^2
+  mpfr_div_2ui(t.lo.get(), t.lo.get(), 1, MPFR_RNDD);
+  mpfr_div_2ui(t.hi.get(), t.hi.get(), 1, MPFR_RNDU);
+  mpfr_neg(e.lo.get(), t.hi.get(), MPFR_RNDD);
+  mpfr_neg(e.hi.get(), t.lo.get(), MPFR_RNDU);
+  mpfr_exp(e.lo.get(), e.lo.get(), MPFR_RNDD);
+  mpfr_exp(e.hi.get(), e.hi.get(), MPFR_RNDU);
+  mul(t, e, k.inv_sqrt_2pi);  // phi(u)
+  mul(e, u, t);               // u phi(u)
+  add(o, cdf, e);
+}
+
+struct Tensors {
+  const Tensor *x, *w1, *b1, *w2, *b2, *weight, *bias, *dy;
+};
+
+// One norm over a row of intervals, with what backward needs.
+struct NormRow {
+  Vec xhat;
+  Iv rstd;
+  NormRow(std::size_t n, int bits) : xhat(make_vec(n, bits)), rstd(bits) {}
+};
+
+class BlockEvaluator {
+ public:
+  BlockEvaluator(const Case& c, int bits)
+      : c_(c), bits_(bits), k_(bits), t_(bits) {
+    auto get = [&](const char* n) -> const Tensor* {
+      auto it = c.inputs.find(n);
+      return it == c.inputs.end() ? nullptr : &it->second;
+    };
+    in_ = {get("x"), get("ffn_w1"), get("ffn_b1"), get("ffn_w2"), get("ffn_b2"),
+           c.affine != Affine::none ? get("weight") : nullptr,
+           c.affine == Affine::weight_bias ? get("bias") : nullptr, get("dy")};
+    D_ = in_.x->shape.back();
+    F_ = in_.w1->shape[1];
+    L_ = c.layers;
+    K_ = c.block == Block::sandwich ? 2 : 1;
+    rows_ = in_.x->numel() / D_;
+  }
+
+  // Runs forward (and backward); returns false if some rounding was undecided (the outputs
+  // then hold the lower ends' roundings and certified = 0 where undecided).
+  bool run(Result& res) {
+    Output y = make(c_.dtype_out, in_.x->shape);
+    const bool bwd = c_.direction == Direction::backward;
+    std::vector<std::int64_t> pshape{L_, K_, D_};
+    Output dx = make(c_.dtype_x, in_.x->shape);
+    // Parameter gradient accumulators (intervals), summed over rows.
+    Vec gw = make_vec(bwd && in_.weight ? L_ * K_ * D_ : 0, bits_);
+    Vec gb = make_vec(bwd && in_.bias ? L_ * K_ * D_ : 0, bits_);
+    Vec gw1 = make_vec(bwd ? L_ * F_ * D_ : 0, bits_), gb1 = make_vec(bwd ? L_ * F_ : 0, bits_);
+    Vec gw2 = make_vec(bwd ? L_ * D_ * F_ : 0, bits_), gb2 = make_vec(bwd ? L_ * D_ : 0, bits_);
+    for (auto* v : {&gw, &gb, &gw1, &gb1, &gw2, &gb2})
+      for (auto& e : *v) set_zero(e);
+    bool all = true;
+
+    for (std::int64_t row = 0; row < rows_; ++row) {
+      // Layer inputs (exact values) and each layer's saved state for backward.
+      std::vector<Vec> inputs;
+      std::vector<LayerState> states;
+      Vec u = make_vec(D_, bits_);
+      for (std::int64_t i = 0; i < D_; ++i) set(u[i], in_.x->data[row * D_ + i]);
+      bool tainted = false;
+      for (std::int64_t l = 0; l < L_; ++l) {
+        inputs.push_back(u);
+        states.emplace_back(D_, F_, bits_);
+        Vec out = make_vec(D_, bits_);
+        layer_forward(l, u, states.back(), out);
+        if (l + 1 < L_) {  // round to the activation dtype; that value goes on
+          for (std::int64_t i = 0; i < D_; ++i) {
+            double v = 0;
+            if (!decide(out[i], c_.dtype_x, v)) {
+              tainted = true;
+              v = round_real(out[i].lo.get(), c_.dtype_x);
+            }
+            set(u[i], v);
+          }
+        } else {
+          for (std::int64_t i = 0; i < D_; ++i) all &= put(y, row * D_ + i, out[i], tainted);
+        }
+      }
+      if (!bwd) continue;
+      Vec g = make_vec(D_, bits_);
+      for (std::int64_t i = 0; i < D_; ++i) set(g[i], in_.dy->data[row * D_ + i]);
+      for (std::int64_t l = L_ - 1; l >= 0; --l) {
+        Vec gin = make_vec(D_, bits_);
+        layer_backward(l, inputs[l], states[l], g, gin, gw, gb, gw1, gb1, gw2, gb2);
+        std::swap(g, gin);
+      }
+      for (std::int64_t i = 0; i < D_; ++i) all &= put(dx, row * D_ + i, g[i], tainted);
+    }
+    if (!bwd) {
+      res.outputs.emplace("y", std::move(y));
+      return all;
+    }
+    res.outputs.emplace("dx", std::move(dx));
+    auto emit = [&](const char* name, const Vec& v, std::vector<std::int64_t> shape) {
+      if (v.empty()) return;
+      Output o = make(c_.dtype_param, shape);
+      for (std::size_t i = 0; i < v.size(); ++i) all &= put(o, static_cast<std::int64_t>(i), v[i], false);
+      res.outputs.emplace(name, std::move(o));
+    };
+    emit("dweight", gw, pshape);
+    emit("dbias", gb, pshape);
+    emit("dffn_w1", gw1, {L_, F_, D_});
+    emit("dffn_b1", gb1, {L_, F_});
+    emit("dffn_w2", gw2, {L_, D_, F_});
+    emit("dffn_b2", gb2, {L_, D_});
+    return all;
+  }
+
+ private:
+  struct LayerState {
+    NormRow n0, n1;
+    Vec a, z;     // FFN pre-activation and activation
+    Vec f_in;     // the FFN's input
+    LayerState(std::int64_t d, std::int64_t f, int bits)
+        : n0(d, bits), n1(d, bits), a(make_vec(f, bits)), z(make_vec(f, bits)), f_in(make_vec(d, bits)) {}
+  };
+
+  static Output make(DType t, const std::vector<std::int64_t>& shape) {
+    Output o;
+    o.value.dtype = t;
+    o.value.shape = shape;
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    o.value.data.assign(n, 0.0);
+    o.f64.assign(n, 0.0);
+    o.certified.assign(n, 0);
+    return o;
+  }
+
+  // Decides an output element; on failure stores the lower end's rounding, uncertified.
+  static bool put(Output& o, std::int64_t i, const Iv& v, bool tainted) {
+    double a = 0, b = 0;
+    const bool ok = width_finite(v) && decide(v, o.value.dtype, a) && decide(v, DType::float64, b);
+    o.value.data[i] = ok ? a : round_real(v.lo.get(), o.value.dtype);
+    o.f64[i] = ok ? b : round_real(v.lo.get(), DType::float64);
+    o.certified[i] = ok && !tainted;
+    return ok;
+  }
+
+  double scale(std::int64_t l, std::int64_t k, std::int64_t i) const {
+    return in_.weight ? c_.weight_offset + in_.weight->data[(l * K_ + k) * D_ + i] : 1.0;
+  }
+
+  // v -> Norm_k of layer l (into out), saving x-hat and rstd.
+  void norm_forward(std::int64_t l, std::int64_t k, const Vec& v, NormRow& st, Vec& out) {
+    Iv mean(bits_), q(bits_), t(bits_);
+    set_zero(mean);
+    if (c_.op == Op::layernorm) {
+      for (const auto& e : v) acc(mean, e);
+      div_n(mean, mean, static_cast<long>(D_));
+    }
+    Vec d = make_vec(D_, bits_);
+    set_zero(q);
+    for (std::int64_t i = 0; i < D_; ++i) {
+      sub(d[i], v[i], mean);
+      sqr(t, d[i]);
+      acc(q, t);
+    }
+    div_n(q, q, static_cast<long>(D_));
+    set(t, c_.epsilon);
+    acc(q, t);
+    rec_sqrt(st.rstd, q);
+    for (std::int64_t i = 0; i < D_; ++i) {
+      mul(st.xhat[i], d[i], st.rstd);
+      mul_d(out[i], st.xhat[i], scale(l, k, i), t_);
+      if (in_.bias) {
+        set(t, in_.bias->data[(l * K_ + k) * D_ + i]);
+        acc(out[i], t);
+      }
+    }
+  }
+
+  // gout -> gradient with respect to the norm's input (gin), accumulating dweight/dbias.
+  void norm_backward(std::int64_t l, std::int64_t k, const NormRow& st, const Vec& gout, Vec& gin, Vec& gw,
+                     Vec& gb) {
+    Vec g = make_vec(D_, bits_);
+    Iv gmean(bits_), gx(bits_), t(bits_);
+    set_zero(gmean);
+    set_zero(gx);
+    for (std::int64_t i = 0; i < D_; ++i) {
+      mul_d(g[i], gout[i], scale(l, k, i), t_);
+      acc(gmean, g[i]);
+      mul(t, g[i], st.xhat[i]);
+      acc(gx, t);
+      const std::int64_t p = (l * K_ + k) * D_ + i;
+      if (!gw.empty()) {
+        mul(t, gout[i], st.xhat[i]);
+        acc(gw[p], t);
+      }
+      if (!gb.empty()) acc(gb[p], gout[i]);
+    }
+    div_n(gmean, gmean, static_cast<long>(D_));
+    div_n(gx, gx, static_cast<long>(D_));
+    for (std::int64_t i = 0; i < D_; ++i) {
+      // r * (g - mean(g) - xhat * mean(g xhat)); RMSNorm without the mean(g) term
+      mul(t, st.xhat[i], gx);
+      sub(g[i], g[i], t);
+      if (c_.op == Op::layernorm) sub(g[i], g[i], gmean);
+      mul(gin[i], g[i], st.rstd);
+    }
+  }
+
+  void ffn_forward(std::int64_t l, const Vec& v, LayerState& st, Vec& out) {
+    Iv t(bits_);
+    for (std::int64_t i = 0; i < D_; ++i) copy(st.f_in[i], v[i]);
+    for (std::int64_t j = 0; j < F_; ++j) {
+      set(st.a[j], in_.b1->data[l * F_ + j]);
+      for (std::int64_t i = 0; i < D_; ++i) acc_mul_d(st.a[j], in_.w1->data[(l * F_ + j) * D_ + i], v[i], t_);
+      activation(st.z[j], st.a[j], c_.activation, k_);
+    }
+    for (std::int64_t i = 0; i < D_; ++i) {
+      set(out[i], in_.b2->data[l * D_ + i]);
+      for (std::int64_t j = 0; j < F_; ++j) acc_mul_d(out[i], in_.w2->data[(l * D_ + i) * F_ + j], st.z[j], t_);
+    }
+    (void)t;
+  }
+
+  void ffn_backward(std::int64_t l, const LayerState& st, const Vec& gout, Vec& gin, Vec& gw1, Vec& gb1, Vec& gw2,
+                    Vec& gb2) {
+    Iv t(bits_), ga(bits_), d(bits_);
+    Vec gz = make_vec(F_, bits_);
+    for (auto& e : gz) set_zero(e);
+    for (std::int64_t i = 0; i < D_; ++i) {
+      acc(gb2[l * D_ + i], gout[i]);
+      for (std::int64_t j = 0; j < F_; ++j) {
+        mul(t, gout[i], st.z[j]);
+        acc(gw2[(l * D_ + i) * F_ + j], t);
+        acc_mul_d(gz[j], in_.w2->data[(l * D_ + i) * F_ + j], gout[i], t_);
+      }
+    }
+    for (auto& e : gin) set_zero(e);
+    for (std::int64_t j = 0; j < F_; ++j) {
+      activation_grad(d, st.a[j], c_.activation, k_);
+      mul(ga, gz[j], d);
+      acc(gb1[l * F_ + j], ga);
+      for (std::int64_t i = 0; i < D_; ++i) {
+        mul(t, ga, st.f_in[i]);
+        acc(gw1[(l * F_ + j) * D_ + i], t);
+        acc_mul_d(gin[i], in_.w1->data[(l * F_ + j) * D_ + i], ga, t_);
+      }
+    }
+  }
+
+  void layer_forward(std::int64_t l, const Vec& u, LayerState& st, Vec& out) {
+    Vec f = make_vec(D_, bits_), s = make_vec(D_, bits_);
+    switch (c_.block) {
+      case Block::post:  // Norm(u + F(u))
+      case Block::deepnorm:  // Norm(alpha u + F(u))
+        ffn_forward(l, u, st, f);
+        for (std::int64_t i = 0; i < D_; ++i) {
+          mul_d(s[i], u[i], c_.alpha, t_);
+          acc(s[i], f[i]);
+        }
+        norm_forward(l, 0, s, st.n0, out);
+        break;
+      case Block::pre:  // u + F(Norm(u))
+        norm_forward(l, 0, u, st.n0, s);
+        ffn_forward(l, s, st, f);
+        for (std::int64_t i = 0; i < D_; ++i) add(out[i], u[i], f[i]);
+        break;
+      case Block::sandwich:  // u + Norm1(F(Norm0(u)))
+        norm_forward(l, 0, u, st.n0, s);
+        ffn_forward(l, s, st, f);
+        norm_forward(l, 1, f, st.n1, s);
+        for (std::int64_t i = 0; i < D_; ++i) add(out[i], u[i], s[i]);
+        break;
+      case Block::none: break;
+    }
+  }
+
+  void layer_backward(std::int64_t l, const Vec& u, const LayerState& st, const Vec& gout, Vec& gin, Vec& gw, Vec& gb,
+                      Vec& gw1, Vec& gb1, Vec& gw2, Vec& gb2) {
+    (void)u;
+    Vec gs = make_vec(D_, bits_), gf = make_vec(D_, bits_);
+    switch (c_.block) {
+      case Block::post:
+      case Block::deepnorm:
+        norm_backward(l, 0, st.n0, gout, gs, gw, gb);  // gradient at s = alpha u + F(u)
+        ffn_backward(l, st, gs, gf, gw1, gb1, gw2, gb2);
+        for (std::int64_t i = 0; i < D_; ++i) {
+          mul_d(gin[i], gs[i], c_.alpha, t_);
+          acc(gin[i], gf[i]);
+        }
+        break;
+      case Block::pre:
+        ffn_backward(l, st, gout, gf, gw1, gb1, gw2, gb2);  // gradient at Norm(u)
+        norm_backward(l, 0, st.n0, gf, gs, gw, gb);
+        for (std::int64_t i = 0; i < D_; ++i) add(gin[i], gout[i], gs[i]);
+        break;
+      case Block::sandwich:
+        norm_backward(l, 1, st.n1, gout, gs, gw, gb);  // gradient at F's output
+        ffn_backward(l, st, gs, gf, gw1, gb1, gw2, gb2);  // at Norm0(u)
+        norm_backward(l, 0, st.n0, gf, gs, gw, gb);
+        for (std::int64_t i = 0; i < D_; ++i) add(gin[i], gout[i], gs[i]);
+        break;
+      case Block::none: break;
+    }
+  }
+
+  const Case& c_;
+  int bits_;
+  GeluConstants k_;
+  Real t_;  // scratch
+  Tensors in_{};
+  std::int64_t D_ = 0, F_ = 0, L_ = 0, K_ = 1, rows_ = 0;
+};
+
+}  // namespace
+
+Result evaluate_block(const Case& c, const Options& opt) {
+  Result res;
+  // Blocks chain many operations: start at 128 bits at least.
+  for (int bits = std::max(opt.start_bits, 128);; bits *= 2) {
+    Result attempt;
+    BlockEvaluator ev(c, bits);
+    const bool ok = ev.run(attempt);
+    attempt.stats.max_bits_used = bits;
+    if (ok || bits * 2 > opt.max_bits) {
+      res = std::move(attempt);
+      break;
+    }
+  }
+  for (const auto& [name, o] : res.outputs) {
+    res.stats.elements += static_cast<std::int64_t>(o.certified.size());
+    for (auto f : o.certified) res.stats.uncertified += f == 0;
+  }
+  res.stats.slow = res.stats.elements;
+  return res;
+}
+
+}  // namespace normcheck::ref::detail
