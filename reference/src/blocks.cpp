@@ -184,6 +184,7 @@ class BlockEvaluator {
     L_ = c.layers;
     K_ = c.block == Block::sandwich ? 2 : 1;
     rows_ = in_.x->numel() / D_;
+    make_scales();
   }
 
   // Runs forward (and backward); returns false if some rounding was undecided (the outputs
@@ -288,8 +289,22 @@ class BlockEvaluator {
     return ok;
   }
 
-  double scale(std::int64_t l, std::int64_t k, std::int64_t i) const {
-    return in_.weight ? c_.weight_offset + in_.weight->data[(l * K_ + k) * D_ + i] : 1.0;
+  // scale = weight_offset + weight, enclosed: the sum of two binary64 values need not be one.
+  const Iv& scale(std::int64_t l, std::int64_t k, std::int64_t i) const { return scales_[(l * K_ + k) * D_ + i]; }
+
+  void make_scales() {
+    scales_ = make_vec(static_cast<std::size_t>(L_ * K_ * D_), bits_);
+    for (std::size_t p = 0; p < scales_.size(); ++p) {
+      Iv& s = scales_[p];
+      if (!in_.weight) {
+        set(s, 1.0);
+        continue;
+      }
+      mpfr_set_d(s.lo.get(), c_.weight_offset, MPFR_RNDD);
+      mpfr_add_d(s.lo.get(), s.lo.get(), in_.weight->data[p], MPFR_RNDD);
+      mpfr_set_d(s.hi.get(), c_.weight_offset, MPFR_RNDU);
+      mpfr_add_d(s.hi.get(), s.hi.get(), in_.weight->data[p], MPFR_RNDU);
+    }
   }
 
   // v -> Norm_k of layer l (into out), saving x-hat and rstd.
@@ -313,7 +328,7 @@ class BlockEvaluator {
     rec_sqrt(st.rstd, q);
     for (std::int64_t i = 0; i < D_; ++i) {
       mul(st.xhat[i], d[i], st.rstd);
-      mul_d(out[i], st.xhat[i], scale(l, k, i), t_);
+      mul(out[i], st.xhat[i], scale(l, k, i));
       if (in_.bias) {
         set(t, in_.bias->data[(l * K_ + k) * D_ + i]);
         acc(out[i], t);
@@ -329,7 +344,7 @@ class BlockEvaluator {
     set_zero(gmean);
     set_zero(gx);
     for (std::int64_t i = 0; i < D_; ++i) {
-      mul_d(g[i], gout[i], scale(l, k, i), t_);
+      mul(g[i], gout[i], scale(l, k, i));
       acc(gmean, g[i]);
       mul(t, g[i], st.xhat[i]);
       acc(gx, t);
@@ -453,6 +468,7 @@ class BlockEvaluator {
   GeluConstants k_;
   Real t_;  // scratch
   Tensors in_{};
+  Vec scales_;
   std::int64_t D_ = 0, F_ = 0, L_ = 0, K_ = 1, rows_ = 0;
 };
 

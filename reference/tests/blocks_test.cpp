@@ -68,6 +68,28 @@ TEST(Blocks, PostNormWithZeroFfnIsThePlainNorm) {
   }
 }
 
+TEST(Blocks, OffsetPlusFloat64WeightIsExact) {
+  // scale = 1 + w with w a binary64 far below 1: not a binary64, so it must be enclosed, not
+  // summed in binary64 (the mpmath cross-check caught exactly this).
+  std::mt19937_64 rng(36);
+  Case c = block_case(Block::post, Op::rmsnorm, {2, 5, 2, 1}, rng);
+  zero_ffn_output(c);
+  c.weight_offset = 1;
+  for (auto& w : c.inputs["weight"].data) w = std::ldexp(w, -40);
+  Case plain;
+  plain.op = Op::rmsnorm;
+  plain.affine = Affine::weight_bias;
+  plain.weight_offset = 1;
+  plain.epsilon = c.epsilon;
+  plain.dtype_x = plain.dtype_param = plain.dtype_out = plain.dtype_residual = DType::float64;
+  plain.inputs["x"] = c.inputs["x"];
+  plain.inputs["weight"] = tensor(DType::float64, {5}, c.inputs["weight"].data);
+  plain.inputs["bias"] = tensor(DType::float64, {5}, c.inputs["bias"].data);
+  const Result rb = evaluate(c), rp = evaluate(plain);
+  EXPECT_EQ(rb.outputs.at("y").f64, rp.outputs.at("y").f64);
+  EXPECT_EQ(rb.outputs.at("y").value.data, rp.outputs.at("y").value.data);
+}
+
 TEST(Blocks, DeepNormWithUnitAlphaIsPostNorm) {
   std::mt19937_64 rng(33);
   Case post = block_case(Block::post, Op::layernorm, {2, 4, 5, 2}, rng);

@@ -395,7 +395,7 @@ def fmt(v) -> str:
 def run_case(binary: str, path: str, case: dict) -> dict:
     """Runs the C++ reference and compares; returns a summary dict (picklable)."""
     rep = {"path": path, "ran": False, "error": None, "mismatches": [], "compared": 0,
-           "certified": 0, "elements": 0, "undecided": 0, "skipped": 0}
+           "certified": 0, "elements": 0, "undecided": 0, "skipped": 0, "block_skipped": 0}
     try:
         proc = subprocess.run([binary, "reference", "--case", path, "--json"],
                               capture_output=True, text=True, timeout=120)
@@ -411,13 +411,14 @@ def run_case(binary: str, path: str, case: dict) -> dict:
         rep["error"] = f"bad JSON on stdout ({e}): {proc.stdout[:500]}"
         return rep
     rep["ran"] = True
-    und0 = R.UNDECIDED[0]
+    und0, bs0 = R.UNDECIDED[0], R.BLOCK_SKIPPED[0]
     try:
         mine = R.evaluate(case)
     except Exception as e:  # noqa: BLE001
         rep["error"] = f"mpmath reference failed: {type(e).__name__}: {e}"
         return rep
     rep["undecided"] = R.UNDECIDED[0] - und0
+    rep["block_skipped"] = R.BLOCK_SKIPPED[0] - bs0
     if set(got) != set(mine):
         rep["error"] = f"output names differ: C++ {sorted(got)} vs expected {sorted(mine)}"
         return rep
@@ -460,7 +461,7 @@ def crosscheck(args) -> int:
     tmp = tempfile.mkdtemp(prefix="normcheck-crosscheck-")
     cases = []
     for i in range(args.cases):
-        case = gen_case(args.seed, i)
+        case = gen_case(args.seed, i, args.blocks_only)
         path = os.path.join(tmp, f"case_{args.seed}_{i:05d}.json")
         with open(path, "w") as f:
             json.dump(case, f, indent=1)
@@ -471,7 +472,8 @@ def crosscheck(args) -> int:
                            [c for _, c in cases], chunksize=4))
 
     passed = failed = 0
-    tot = {"elements": 0, "certified": 0, "compared": 0, "undecided": 0, "skipped": 0}
+    tot = {"elements": 0, "certified": 0, "compared": 0, "undecided": 0, "skipped": 0,
+           "block_skipped": 0}
     n_mis = n_err = 0
     for (path, case), rep in zip(cases, reps):
         for k in tot:
@@ -487,10 +489,15 @@ def crosscheck(args) -> int:
             shown = os.path.join(args.keep_failures, os.path.basename(path))
             shutil.copy(path, shown)
         print("=" * 100)
-        print(f"FAILED case {shown}  (op={case['op']} contract={case['contract']} "
+        blk = case.get("block", "none")
+        what = (f"block={blk} L={case['layers']} activation={case['activation']} "
+                f"D={case['inputs']['x']['shape'][-1]} "
+                f"D_ff={case['inputs']['ffn_w1']['shape'][1]}" if blk != "none" else
+                f"contract={case['contract']} residual={case['residual']}/"
+                f"{case['dtype_residual']}")
+        print(f"FAILED case {shown}  (op={case['op']} {what} "
               f"direction={case['direction']} x={case['dtype_x']} param={case['dtype_param']} "
-              f"out={case['dtype_out']} compute={case['dtype_compute']} "
-              f"residual={case['residual']}/{case['dtype_residual']})")
+              f"out={case['dtype_out']} compute={case['dtype_compute']})")
         print(json.dumps(case))
         if rep["error"]:
             n_err += 1
@@ -509,6 +516,9 @@ def crosscheck(args) -> int:
           f"compared: {tot['compared']}, mismatches: {n_mis}")
     print(f"not compared (no expected value): {tot['skipped']} elements; roundings undecided by "
           f"mpmath: {tot['undecided']}")
+    n_blk = sum(1 for _, c in cases if c.get("block", "none") != "none")
+    print(f"block cases: {n_blk}; not compared (intermediate rounding undecided by mpmath): "
+          f"{tot['block_skipped']}")
     ok = n_mis == 0 and n_err == 0 and frac >= 0.95 and len(reps) == args.cases
     if frac < 0.95:
         print(f"FAIL: certified fraction {100 * frac:.2f}% < 95%")
@@ -668,11 +678,11 @@ def self_test() -> int:
           f"lowp: {out}")
     # backward against central differences of the exact forward (numerically, in mpmath)
     for trial in range(30):
-        case = gen_case(777, trial)
+        case = gen_plain_case(777, trial)
         while case["direction"] != "backward" or \
                 math.prod(case["inputs"]["x"]["shape"]) > 40:
             trial += 1000
-            case = gen_case(777, trial)
+            case = gen_plain_case(777, trial)
         grad_fd_check(case, check)
     # NaN row: only that row is NaN
     out = run(dict(base, affine="none", epsilon=1e-5,
@@ -680,6 +690,7 @@ def self_test() -> int:
     check(all(math.isnan(v) for v in out["y"]["values"][:2]) and out["y"]["values"][2:] ==
           [float(-0.5 / mpmath.sqrt(0.25 + mpmath.mpf(1e-5))),
            float(0.5 / mpmath.sqrt(0.25 + mpmath.mpf(1e-5)))], f"nan row: {out['y']}")
+    block_self_test(check)
     print("self-test:", "OK" if fails == 0 else f"{fails} failures")
     return 0 if fails == 0 else 1
 
@@ -708,12 +719,23 @@ def grad_fd_check(case, check):
     eps = q2mpf(R.parse_in(case["epsilon"], "float64"))
     alpha, woff = mpmath.mpf(case["alpha"]), mpmath.mpf(case.get("weight_offset", 0.0))
 
+    # Under fused_add_lowp the backward differentiates at the stored (rounded) h, treating the
+    # rounding as the identity: differentiate h + (round(h0) - h0), h0 = h at the given inputs.
+    lowp = "fused_add_lowp" in case["contract"].split("+") and case["residual"] != "none"
+    shift = {}
+
     def loss(x, w, b):
         tot = mpmath.mpf(0)
         for base in row_base:
             offs = [base + d for d in col_delta]
             h = [alpha * x[o] + (res[o] if res else 0) + (rb[c] if rb else 0)
                  for c, o in enumerate(offs)]
+            if lowp:
+                for c, o in enumerate(offs):
+                    if o not in shift:  # first call: the unperturbed inputs
+                        t = R.round_fraction(R.mpf_to_fraction(h[c]), case["dtype_residual"])
+                        shift[o] = q2mpf(Fraction(t)) - h[c]
+                    h[c] += shift[o]
             n = len(h)
             if case["op"] == "layernorm":
                 m = mpmath.fsum(h) / n
@@ -727,6 +749,7 @@ def grad_fd_check(case, check):
         return tot
 
     out = R.evaluate(case)
+    loss(x, w, b)  # fixes the fused_add_lowp shifts at the unperturbed inputs
     for name, vec in (("dx", x), ("dweight", w), ("dbias", b)):
         if vec is None or name not in out:
             continue
@@ -745,6 +768,339 @@ def grad_fd_check(case, check):
                   f"gradient {name}[{i}] {got} vs finite difference {g} ({case['op']})")
 
 
+# ----------------------------------------------------------------------------------------------
+# Self-tests of the block reference
+# ----------------------------------------------------------------------------------------------
+
+
+class PlainBlock:
+    """A second, deliberately plain evaluation of a block case: ordinary mpmath numbers at a
+    fixed high precision (no enclosures, no exact rationals), used to test R.evaluate_block.
+
+    `loss(mode)` is sum(dy * y); `mode` picks what happens between layers: "round" (round to
+    dtype_x, as the case defines), "none" (no rounding: a smooth function), "st" (straight-through:
+    out + (round(out0) - out0) with out0 the layer output at the unperturbed inputs, a smooth
+    function whose exact gradient at the inputs is the gradient the case defines)."""
+
+    NAMES = ("x", "weight", "bias", "ffn_w1", "ffn_b1", "ffn_w2", "ffn_b2")
+
+    def __init__(self, case, prec=1000):
+        import mpmath
+        self.mp, self.case, self.prec = mpmath, case, prec
+        mpmath.mp.prec = prec
+        self.t = {}
+        for n in self.NAMES + ("dy",):
+            if n in case["inputs"]:
+                dt = case["dtype_x"] if n == "x" else case["dtype_out"] if n == "dy" \
+                    else case["dtype_param"]
+                self.t[n] = [self.q(R.parse_in(v, dt)) for v in case["inputs"][n]["data"]]
+        if case["affine"] == "none":
+            self.t.pop("weight", None)
+        if case["affine"] != "weight_bias":
+            self.t.pop("bias", None)
+        self.L, self.F, self.D = case["inputs"]["ffn_w1"]["shape"]
+        self.K = 2 if case["block"] == "sandwich" else 1
+        self.eps = self.q(R.parse_in(case.get("epsilon", 1e-5), "float64"))
+        self.alpha = self.q(R.parse_in(case.get("alpha", 1.0), "float64"))
+        self.woff = self.q(R.parse_in(case.get("weight_offset", 0.0), "float64"))
+        self.shift = None
+        self.shift = self.shifts()
+
+    def q(self, f):
+        return self.mp.mpf(f.numerator) / f.denominator
+
+    def norm(self, h, l, k):
+        mp, n, t = self.mp, len(h), self.t
+        if self.case["op"] == "layernorm":
+            m = mp.fsum(h) / n
+            c = [v - m for v in h]
+        else:
+            c = h
+        r = 1 / mp.sqrt(mp.fsum(v * v for v in c) / n + self.eps)
+        o = (l * self.K + k) * n
+        return [c[i] * r * ((self.woff + t["weight"][o + i]) if "weight" in t else 1) +
+                (t["bias"][o + i] if "bias" in t else 0) for i in range(n)]
+
+    def ffn(self, v, l):
+        mp, t, D, F = self.mp, self.t, self.D, self.F
+        z = []
+        for j in range(F):
+            a = t["ffn_b1"][l * F + j] + mp.fsum(t["ffn_w1"][(l * F + j) * D + k] * v[k]
+                                                  for k in range(D))
+            if self.case["activation"] == "relu":
+                z.append(a if a > 0 else mp.mpf(0))
+            else:
+                z.append(a / 2 * (1 + mp.erf(a / mp.sqrt(2))))
+        return [t["ffn_b2"][l * D + i] + mp.fsum(t["ffn_w2"][(l * D + i) * F + j] * z[j]
+                                                  for j in range(F)) for i in range(D)]
+
+    def layer(self, u, l):
+        blk = self.case["block"]
+        if blk in ("post", "deepnorm"):
+            a = self.alpha if blk == "deepnorm" else 1
+            return self.norm([a * p + f for p, f in zip(u, self.ffn(u, l))], l, 0)
+        if blk == "pre":
+            return [p + f for p, f in zip(u, self.ffn(self.norm(u, l, 0), l))]
+        return [p + w for p, w in zip(u, self.norm(self.ffn(self.norm(u, l, 0), l), l, 1))]
+
+    def rnd(self, v):
+        return self.q(Fraction(R.round_fraction(R.mpf_to_fraction(v), self.case["dtype_x"])))
+
+    def forward(self, mode="round"):
+        D, ys, shifts = self.D, [], []
+        x = self.t["x"]
+        for r in range(len(x) // D):
+            u = x[r * D:(r + 1) * D]
+            for l in range(self.L):
+                out = self.layer(u, l)
+                if l < self.L - 1:
+                    if mode == "round":
+                        u = [self.rnd(v) for v in out]
+                        shifts.append([a - b for a, b in zip(u, out)])
+                    elif mode == "st":
+                        u = [v + s for v, s in zip(out, self.shift[r * (self.L - 1) + l])]
+                    else:
+                        u = out
+            ys += out
+        return ys, shifts
+
+    def shifts(self):
+        return self.forward("round")[1]
+
+    def loss(self, mode):
+        ys, _ = self.forward(mode)
+        return self.mp.fsum(a * b for a, b in zip(ys, self.t["dy"]))
+
+
+def block_fd_check(case, check, mode, rel_tol, label):
+    """Every gradient of R.evaluate(case) against central differences of PlainBlock.loss(mode)."""
+    mp = __import__("mpmath")
+    out = R.evaluate(case)
+    pb = PlainBlock(case)
+    grad_name = {"x": "dx", "weight": "dweight", "bias": "dbias", "ffn_w1": "dffn_w1",
+                 "ffn_b1": "dffn_b1", "ffn_w2": "dffn_w2", "ffn_b2": "dffn_b2"}
+    check(set(out) == {grad_name[n] for n in pb.t if n != "dy"}, f"{label}: outputs {sorted(out)}")
+    for n, vec in pb.t.items():
+        if n == "dy":
+            continue
+        got = out[grad_name[n]]["f64"]
+        fds = []
+        for i in range(len(vec)):
+            old = vec[i]
+            delta = (abs(old) if old != 0 else mp.mpf(1)) * mp.mpf(2) ** -200
+            vec[i] = old + delta
+            lp = pb.loss(mode)
+            vec[i] = old - delta
+            lm = pb.loss(mode)
+            vec[i] = old
+            fds.append((lp - lm) / (2 * delta))
+        scale = max([abs(g) for g in fds] + [mp.mpf(0)])
+        for i, g in enumerate(fds):
+            tol = rel_tol * (abs(g) + (scale if mode == "none" else 0)) + mp.mpf(2) ** -300
+            check(got[i] is not None and abs(mp.mpf(got[i]) - g) <= tol,
+                  f"{label}: {grad_name[n]}[{i}] {got[i]} vs finite difference {mp.nstr(g, 20)}")
+
+
+def _blk_case(block, op, act, L, x, w1, b1, w2, b2, dy=None, eps=0, affine="none", **kw):
+    D = len(x) if not isinstance(x[0], list) else len(x[0])
+    flat = [v for row in x for v in row] if isinstance(x[0], list) else list(x)
+    F = len(b1) // L
+    ins = {"x": {"shape": ([len(x)] if isinstance(x[0], list) else []) + [D], "data": flat},
+           "ffn_w1": {"shape": [L, F, D], "data": w1}, "ffn_b1": {"shape": [L, F], "data": b1},
+           "ffn_w2": {"shape": [L, D, F], "data": w2}, "ffn_b2": {"shape": [L, D], "data": b2}}
+    c = {"op": op, "block": block, "layers": L, "activation": act, "epsilon": eps,
+         "affine": affine, "dtype_x": "float64", "dtype_param": "float64", "dtype_out": "float64",
+         "direction": "forward", "inputs": ins}
+    if dy is not None:
+        c["direction"] = "backward"
+        ins["dy"] = {"shape": ins["x"]["shape"], "data": [v for row in dy for v in row]
+                     if isinstance(dy[0], list) else list(dy)}
+    c.update(kw)
+    return c
+
+
+def block_self_test(check):
+    """Tests of R.evaluate_block: hand-computed ReLU/GELU blocks, zero-FFN identities against
+    the plain reference, a plain high-precision forward, and finite differences."""
+    F = Fraction
+
+    def vals(out, name, key="f64"):
+        return out[name][key]
+
+    # 1. hand-computed blocks (every value rational; derivations in the comments)
+    # post rmsnorm relu, eps 0: a = 1+0 = 1, z = 1, h = x + [6,1] = [7,1], rms 5, y = [7/5, 1/5];
+    # dy = [1,0]: g = [1,0], mean(g h) = 7/2, dh = (g - h*(7/2)/25)/5 = [1/250, -7/250];
+    # dz = 6/250 - 7/250 = -1/250 = da; dx = dh + W1^T da = [0, -8/250]
+    c = _blk_case("post", "rmsnorm", "relu", 1, [1, 0], [1, 1], [0], [6, 1], [0, 0])
+    out = R.evaluate(c)
+    check(vals(out, "y") == [1.4, 0.2] and vals(out, "y", "values") == [1.4, 0.2], f"post relu y {out}")
+    out = R.evaluate(dict(c, direction="backward",
+                          inputs=dict(c["inputs"], dy={"shape": [2], "data": [1, 0]})))
+    want = {"dx": [0, F(-8, 250)], "dffn_w1": [F(-1, 250), 0], "dffn_b1": [F(-1, 250)],
+            "dffn_w2": [F(1, 250), F(-7, 250)], "dffn_b2": [F(1, 250), F(-7, 250)]}
+    for n, w in want.items():
+        check(vals(out, n) == [R.round_fraction(F(v), "float64") for v in w], f"post relu {n} {out[n]}")
+    # pre rmsnorm relu, eps 0: v = x = [1,-1], a = 2-1+1/2 = 3/2, f = [3/2+1/4, -3], y = [11/4, -4];
+    # dy = [1,1]: dz = 1-2 = -1 = da, dW1 = -v, dv = [-2,-1], dh = dv - v*mean(dv v) = [-3/2,-3/2],
+    # dx = dy + dh = [-1/2,-1/2]
+    c = _blk_case("pre", "rmsnorm", "relu", 1, [1, -1], [2, 1], [0.5], [1, -2], [0.25, 0],
+                  dy=[1, 1], dtype_x="float16", dtype_out="bfloat16")
+    out = R.evaluate(dict(c, direction="forward"))
+    check(vals(out, "y") == [2.75, -4.0], f"pre relu y {out}")
+    out = R.evaluate(c)
+    want = {"dx": [-0.5, -0.5], "dffn_w1": [-1, 1], "dffn_b1": [-1], "dffn_w2": [1.5, 1.5],
+            "dffn_b2": [1, 1]}
+    for n, w in want.items():
+        check(vals(out, n) == w and vals(out, n, "values") == w, f"pre relu {n} {out[n]}")
+    # two layers, post layernorm relu: layer 0: a = 0, F = 0, y0 = LN([1,3]) = [-1,1];
+    # layer 1: a = -1+1+1 = 1, h = [-1,1] + [1,-1] + [0,4] = [0,4] -> [-1,1]; weight/bias [2,3]/[.5,0]
+    c = _blk_case("post", "layernorm", "relu", 2, [1, 3], [0, 0, 1, 1], [0, 1], [0, 0, 1, -1],
+                  [0, 0, 0, 4], affine="weight_bias", weight_offset=1,
+                  inputs=None)
+    c["inputs"] = _blk_case("post", "layernorm", "relu", 2, [1, 3], [0, 0, 1, 1], [0, 1],
+                            [0, 0, 1, -1], [0, 0, 0, 4])["inputs"]
+    c["inputs"]["weight"] = {"shape": [2, 1, 2], "data": [0, 0, 1, 2]}
+    c["inputs"]["bias"] = {"shape": [2, 1, 2], "data": [0, 0, 0.5, 0]}
+    out = R.evaluate(c)
+    check(vals(out, "y") == [-1.5, 3.0], f"2-layer post y {out}")
+    # gelu at 0: pre rmsnorm, W1 = b1 = 0: gelu(0) = 0, y = x + b2; gelu'(0) = 1/2:
+    # da = (W2^T dy)/2 = 3, dW1 = 3 v = [3,-3], dW2 = dy*z = 0, dx = dy
+    c = _blk_case("pre", "rmsnorm", "gelu", 1, [1, -1], [0, 0], [0], [2, 4], [0.5, 0.25],
+                  dy=[1, 1])
+    out = R.evaluate(dict(c, direction="forward"))
+    check(vals(out, "y") == [1.5, -0.75], f"pre gelu(0) y {out}")
+    out = R.evaluate(c)
+    want = {"dx": [1, 1], "dffn_w1": [3, -3], "dffn_b1": [3], "dffn_w2": [0, 0], "dffn_b2": [1, 1]}
+    for n, w in want.items():
+        check(vals(out, n) == w, f"pre gelu(0) {n} {out[n]}")
+    # deepnorm, alpha = 1/2, relu dead (a = -1): h = x/2 + b2 = [7,1] -> [7/5,1/5]
+    c = _blk_case("deepnorm", "rmsnorm", "relu", 1, [2, 0], [1, 0], [-3], [5, 5], [6, 1],
+                  alpha=0.5)
+    check(vals(R.evaluate(c), "y") == [1.4, 0.2], "deepnorm relu y")
+    # sandwich: Norm1 of F = b2 = [3,-1] (LN, eps 0) is [1,-1]: y = x + [1,-1] * 2 + [0, 1/4]
+    c = _blk_case("sandwich", "layernorm", "relu", 1, [0.5, 7], [1, 1], [-100], [1, 1], [3, -1],
+                  affine="weight_bias")
+    c["inputs"]["weight"] = {"shape": [1, 2, 2], "data": [1, 1, 2, 2]}
+    c["inputs"]["bias"] = {"shape": [1, 2, 2], "data": [0, 0, 0, 0.25]}
+    check(vals(R.evaluate(c), "y") == [2.5, 5.25], "sandwich relu y")
+
+    # 2. zero FFN: pre gives y = round(x) (dx = dy, dffn_b2 = column sums of dy, the rest 0);
+    #    post (all FFN parameters 0) is the plain norm of x, layer by layer
+    rng = random.Random(4242)
+    n_pre = n_post = 0
+    for i in range(400):
+        c = gen_block_case(99, i)
+        if c["block"] not in ("pre", "post") or (n_pre >= 25 and c["block"] == "pre") or \
+                (n_post >= 25 and c["block"] == "post"):
+            continue
+        for n in ("ffn_w1", "ffn_b1", "ffn_w2", "ffn_b2"):
+            c["inputs"][n]["data"] = [0.0] * len(c["inputs"][n]["data"])
+        out = R.evaluate(c)
+        x = [R.parse_in(v, c["dtype_x"]) for v in c["inputs"]["x"]["data"]]
+        D, L = c["inputs"]["x"]["shape"][-1], c["layers"]
+        if c["block"] == "pre":
+            n_pre += 1
+            if c["direction"] == "forward":
+                check(vals(out, "y", "values") == [R.round_fraction(v, c["dtype_out"]) for v in x]
+                      and vals(out, "y") == [float(v) for v in x], f"pre zero FFN y: {c}")
+                continue
+            dy = [R.parse_in(v, c["dtype_out"]) for v in c["inputs"]["dy"]["data"]]
+            check(vals(out, "dx", "values") == [R.round_fraction(v, c["dtype_x"]) for v in dy],
+                  f"pre zero FFN dx: {c}")
+            cols = [sum(dy[r * D + k] for r in range(len(dy) // D)) for k in range(D)]
+            check(vals(out, "dffn_b2", "values") ==
+                  [R.round_fraction(cols[k], c["dtype_param"]) for _ in range(L) for k in range(D)],
+                  f"pre zero FFN dffn_b2: {c}")
+            for n in ("dffn_w1", "dffn_b1", "dffn_w2", "dweight", "dbias"):
+                if n in out:
+                    check(all(v == 0 for v in vals(out, n)), f"pre zero FFN {n}: {c}")
+            continue
+        if L > 2 or (L == 2 and c["direction"] == "backward"):
+            continue
+        n_post += 1
+        plain = {"op": c["op"], "epsilon": c["epsilon"], "affine": c["affine"],
+                 "dtype_x": c["dtype_x"], "dtype_param": c["dtype_param"],
+                 "dtype_out": c["dtype_out"], "direction": c["direction"], "axis": -1}
+        if "weight_offset" in c:
+            plain["weight_offset"] = c["weight_offset"]
+        xin = c["inputs"]["x"]
+        for l in range(L):
+            ins = {"x": xin}
+            for n in ("weight", "bias"):
+                if n in c["inputs"]:
+                    ins[n] = {"shape": [D], "data": c["inputs"][n]["data"][l * D:(l + 1) * D]}
+            if "dy" in c["inputs"]:
+                ins["dy"] = c["inputs"]["dy"]
+            p = dict(plain, inputs=ins)
+            if l < L - 1:
+                p["dtype_out"] = c["dtype_x"]
+            ref = R.evaluate(p)
+            if l < L - 1:
+                xin = {"shape": xin["shape"], "data": [v.hex() for v in ref["y"]["values"]]}
+        for n in out:
+            if n not in ref:
+                continue
+            got, exp = out[n], ref[n]
+            check(all(a is None or b is None or (R.same_value(a, b))
+                      for a, b in zip(got["values"] + got["f64"], exp["values"] + exp["f64"])),
+                  f"post zero FFN {n}: {got} vs plain {exp}; {c}")
+    check(n_pre >= 20 and n_post >= 15, f"zero-FFN coverage {n_pre} {n_post}")
+
+    # 3. forward values against PlainBlock at 3000 bits (intermediate roundings included)
+    n_cmp = n_und = 0
+    for i in range(60):
+        c = gen_block_case(31337, i)
+        c = dict(c, direction="forward")
+        out = R.evaluate(c)["y"]
+        ys, _ = PlainBlock(c, prec=3000).forward("round")
+        for j, v in enumerate(ys):
+            q = R.mpf_to_fraction(v)
+            if out["values"][j] is None:
+                n_und += 1
+                continue
+            n_cmp += 1
+            check(R.same_value(out["values"][j], R.round_fraction(q, c["dtype_out"])) and
+                  R.same_value(out["f64"][j], R.round_fraction(q, "float64")),
+                  f"block forward vs plain 3000-bit: case {i} y[{j}] {out['values'][j]} "
+                  f"{out['f64'][j]!r} vs {mpmath_str(v)}")
+    check(n_cmp > 500 and n_und <= n_cmp // 100, f"plain forward coverage {n_cmp} {n_und}")
+
+    # 4. gradients vs central differences, L = 1 and 2, every block, both activations and ops:
+    #    "st": of the straight-through forward (tight), "none": of the forward without the
+    #    intermediate roundings (dtype_x float64, so the two differ by ~2^-52 relatively)
+    want = [(b, L) for L in (1, 2) for b in R.BLOCKS]
+    k = 0
+    for i in range(5000):
+        if not want:
+            break
+        c = gen_block_case(2718, i)
+        key = (c["block"], c["layers"])
+        D, Fh = c["inputs"]["x"]["shape"][-1], c["inputs"]["ffn_w1"]["shape"][1]
+        rows = math.prod(c["inputs"]["x"]["shape"][:-1])
+        if key not in want or c["direction"] != "backward" or D > 4 or Fh > 4 or rows > 2 or \
+                D < 2 or all(parse_out(v) == 0 for v in c["inputs"]["ffn_w1"]["data"]):
+            continue
+        c["activation"] = ("relu", "gelu")[k % 2]
+        c["op"] = ("layernorm", "rmsnorm")[(k // 2) % 2]
+        k += 1
+        want.remove(key)
+        block_fd_check(c, check, "st", mpmath_pow2(-51), f"FD(st) {key} {c['activation']}")
+        c64 = dict(c, dtype_x="float64")
+        block_fd_check(c64, check, "none", mpmath_pow2(-36 if c["layers"] > 1 else -51),
+                       f"FD(no rounding) {key} {c['activation']}")
+    check(not want, f"FD coverage: missing {want}")
+
+
+def mpmath_pow2(e):
+    import mpmath
+    return mpmath.mpf(2) ** e
+
+
+def mpmath_str(v):
+    import mpmath
+    return mpmath.nstr(v, 25)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--normcheck", help="path to the normcheck binary")
@@ -753,6 +1109,8 @@ def main() -> int:
     ap.add_argument("--keep-failures", metavar="DIR", help="copy failing case files into DIR")
     ap.add_argument("--jobs", type=int, default=0, help="worker processes (default: all CPUs)")
     ap.add_argument("--self-test", action="store_true", help="test the mpmath reference itself")
+    ap.add_argument("--blocks-only", action="store_true",
+                    help="generate residual-block cases only (default: ~20%% of the cases)")
     ap.add_argument("--dump-cases", metavar="DIR", help="only write the generated cases to DIR")
     args = ap.parse_args()
     if args.self_test:
@@ -761,7 +1119,7 @@ def main() -> int:
         os.makedirs(args.dump_cases, exist_ok=True)
         for i in range(args.cases):
             with open(os.path.join(args.dump_cases, f"case_{args.seed}_{i:05d}.json"), "w") as f:
-                json.dump(gen_case(args.seed, i), f, indent=1)
+                json.dump(gen_case(args.seed, i, args.blocks_only), f, indent=1)
         return 0
     if not args.normcheck:
         ap.error("--normcheck is required (or --self-test)")
