@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 
 #include "blocks.hpp"
 #include "ddouble.hpp"
@@ -109,7 +110,8 @@ struct Row {
   bool has_nan = false;
   bool has_inf = false;
   bool all_double = true;            // every h exactly a binary64 in the fast domain
-  std::vector<double> h;             // binary64 h (IEEE value where non-finite)
+  std::span<const double> h;         // binary64 h (IEEE value where non-finite): into x or h_store
+  std::vector<double> h_store;
   std::vector<char> wide;            // 1 where h is not a binary64 in the fast domain
   std::vector<Rational> hq;          // all h as rationals, when !all_double
   // Exact sums (fast rows): sum h = zs * 2^es, sum h^2 = zq * 2^eq.
@@ -182,33 +184,39 @@ class Evaluator {
     Row r;
     r.index = row;
     const auto n = g_.cols;
-    r.h.resize(n);
     // h is kept as binary64 where that is exact and inside the fast domain [2^-480, 2^480]
     // (so h*h splits exactly into two doubles); otherwise as a rational.
     r.wide.assign(n, 0);
-    if (simple_h_) {  // h = x: only the domain is to be checked
-      bool in_domain = true;
-      for (std::int64_t col = 0; col < n; ++col) {
-        const double h = x_->data[off(row, col)];
-        r.h[col] = h;
+    if (simple_h_) {  // h = x: the row is used in place when contiguous; only its domain is checked
+      if (contiguous_) {
+        r.h = std::span<const double>(x_->data.data() + g_.row_base[row], static_cast<std::size_t>(n));
+      } else {
+        r.h_store.resize(n);
+        for (std::int64_t col = 0; col < n; ++col) r.h_store[col] = x_->data[off(row, col)];
+        r.h = r.h_store;
+      }
+      bool special = false, out_of_domain = false;
+      for (const double h : r.h) {  // branch-free: the common row has neither
         const auto e = static_cast<int>((std::bit_cast<std::uint64_t>(h) >> 52) & 0x7ff);
-        if (e == 0x7ff) {
+        special |= e == 0x7ff;
+        out_of_domain |= ((e < 1023 - 480) | (e > 1023 + 479)) & (h != 0);
+      }
+      if (special)
+        for (const double h : r.h) {
           r.has_nan |= std::isnan(h);
           r.has_inf |= std::isinf(h);
-        } else if ((e < 1023 - 480 || e > 1023 + 479) && h != 0) {
-          in_domain = false;
         }
-      }
-      if (!in_domain) {
+      if (out_of_domain) {
         r.all_double = false;
         r.hq.resize(n);
         for (std::int64_t col = 0; col < n; ++col)
           if (std::isfinite(r.h[col])) r.hq[col] = detail::exact(r.h[col]);
-        for (std::int64_t col = 0; col < n; ++col) r.wide[col] = 0;
       }
       finish_row(r);
       return r;
     }
+    r.h_store.resize(n);
+    r.h = r.h_store;
     std::vector<std::optional<Rational>> wide(n);
     bool any_wide = false;
     for (std::int64_t col = 0; col < n; ++col) {
@@ -218,7 +226,7 @@ class Evaluator {
       const double rbv = rb_ ? rb_->data[col] : 0.0;
       if (!std::isfinite(x) || !std::isfinite(rv) || !std::isfinite(rbv)) {
         const double h = c_.alpha * x + rv + rbv;  // IEEE propagation of the non-finite input
-        r.h[col] = h;
+        r.h_store[col] = h;
         r.has_nan |= std::isnan(h);
         r.has_inf |= std::isinf(h);
         continue;
@@ -229,7 +237,7 @@ class Evaluator {
       } else {
         Rational hq = alpha_ * detail::exact(x) + detail::exact(rv) + detail::exact(rbv);
         if (!pts_.h) {
-          r.h[col] = kNaN;  // placeholder: the value is in hq
+          r.h_store[col] = kNaN;  // placeholder: the value is in hq
           r.wide[col] = 1;
           wide[col] = std::move(hq);
           any_wide = true;
@@ -237,7 +245,7 @@ class Evaluator {
         }
         hv = detail::round_rational(hq, *pts_.h);  // may overflow to inf, as the kernel's would
       }
-      r.h[col] = hv;
+      r.h_store[col] = hv;
       if (std::isinf(hv)) {
         r.has_inf = true;
       } else if (hv != 0 && (std::fabs(hv) < 0x1p-480 || std::fabs(hv) > 0x1p480)) {

@@ -47,6 +47,21 @@ TEST(Forward, ClosedFormIrrationalRstd) {
   EXPECT_EQ(r.outputs.at("y").value.data[0], -std::sqrt(0.5));
 }
 
+TEST(Forward, EpsilonDominatedRowsClosedForm) {
+  // x = 1 -+ 2^-10: variance 2^-20, far below eps = 1 - 2^-20; var + eps = 1, so rstd = 1 and
+  // y = -+2^-10 exactly. (Rounding eps into the variance's place would give y = -+1.)
+  Case c = simple_case(Op::layernorm, 1, 2, {1 - 0x1p-10, 1 + 0x1p-10}, DType::float64);
+  c.epsilon = 1 - 0x1p-20;
+  c.dtype_compute = DType::float64;
+  const Result r = evaluate(c);
+  EXPECT_EQ(r.outputs.at("rstd").value.data[0], 1.0);
+  EXPECT_EQ(r.outputs.at("y").value.data, (std::vector<double>{-0x1p-10, 0x1p-10}));
+  // RMSNorm of x = 3*2^-12 with eps = 1 - 9*2^-24: mean square + eps = 1, y = x exactly.
+  Case m = simple_case(Op::rmsnorm, 1, 1, {3 * 0x1p-12}, DType::float64);
+  m.epsilon = 1 - 9 * 0x1p-24;
+  EXPECT_EQ(evaluate(m).outputs.at("y").value.data[0], 3 * 0x1p-12);
+}
+
 TEST(Forward, ConstantRowsGiveTheBiasExactly) {
   Case c = simple_case(Op::layernorm, 2, 3, {7, 7, 7, -0.25, -0.25, -0.25});
   set_affine(c, {2, 3, 4}, {0.5, -1.5, 0});
@@ -79,14 +94,14 @@ TEST(Forward, EpsilonZeroOnAConstantRowIsNaN) {
 
 TEST(Forward, ShiftInvarianceIsExactEvenAtMeanOverSigma1e7) {
   // The exact result of LayerNorm does not change when every element is shifted by a constant,
-  // so the reference must return identical bits. Rows of mean 2^23 (~8.4e6) and sigma ~1 in
-  // float64 (mean/sigma ~ 1e7): a one-pass E[x^2]-E[x]^2 in binary64 loses ~46 bits here.
+  // so the reference must return identical bits. Rows of mean 2^24 (~1.7e7) and sigma ~1 in
+  // float64 (mean/sigma ~ 1.7e7): a one-pass E[x^2]-E[x]^2 in binary64 loses ~48 bits here.
   std::mt19937_64 rng(11);
   const std::int64_t n = 257;
   std::vector<double> base = normal_values(rng, n, 0, 1, DType::float32);
-  for (auto& v : base) v = std::ldexp(std::round(std::ldexp(v, 26)), -26);  // so that v + 2^23 is exact
+  for (auto& v : base) v = std::ldexp(std::round(std::ldexp(v, 26)), -26);  // so that v + 2^24 is exact
   std::vector<double> shifted(base);
-  for (auto& v : shifted) v += 0x1p23;  // exact in float64
+  for (auto& v : shifted) v += 0x1p24;  // exact in float64
   Case a = simple_case(Op::layernorm, 1, n, base, DType::float64);
   Case b = simple_case(Op::layernorm, 1, n, shifted, DType::float64);
   a.dtype_out = b.dtype_out = DType::float32;
