@@ -2,43 +2,72 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "ddouble.hpp"
 #include "row_kernel.hpp"
 
 namespace normcheck::ref::detail {
 
-std::int64_t run_row_kernel_fma(const RowKernelArgs& a);  // row_kernel_fma.cpp
-void accumulate_row_fma(const double* h, std::int64_t n, BinnedSum& sum, BinnedSum& sumsq);
-bool narrow_sums_fma(const double* h, std::int64_t n, std::int64_t& s64, int& s_base, BinnedSum::i128& q128,
-                     int& q_base);
+// The FMA builds (row_kernel_fma.cpp, row_kernel_avx512.cpp via row_kernel_variant.inc).
+#define NC_DECLARE_VARIANT(v)                                                                          \
+  std::int64_t run_row_kernel_##v(const RowKernelArgs& a);                                             \
+  void accumulate_row_##v(const double* h, std::int64_t n, BinnedSum& sum, BinnedSum& sumsq);          \
+  bool narrow_sums_##v(const double* h, std::int64_t n, std::int64_t& s64, int& s_base, BinnedSum::i128& q128, \
+                       int& q_base);
+NC_DECLARE_VARIANT(fma)
+NC_DECLARE_VARIANT(avx512)
 
 namespace {
 #define NC_TWO_PROD(a, b, p, e) two_prod((a), (b), (p), (e))
 #include "row_kernel_body.inc"
 #undef NC_TWO_PROD
 
-bool cpu_has_fma() {  // NOLINT: evaluated once, at load time
+enum class Isa { base, fma, avx512 };
+
+// NORMCHECK_ISA=base|fma|avx512 forces a build (the tests run every build this CPU can run).
+Isa detect_isa() {
+  if (const char* forced = std::getenv("NORMCHECK_ISA")) {
+    const std::string f(forced);
+    if (f == "base") return Isa::base;
+    if (f == "fma") return Isa::fma;
+    if (f == "avx512") return Isa::avx512;
+  }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
-  return __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
-#else
-  return false;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("fma"))
+    return Isa::avx512;
+  if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2")) return Isa::fma;
 #endif
+  return Isa::base;
 }
 }  // namespace
 
-const bool kHasFma = cpu_has_fma();
+const Isa kIsa = detect_isa();
 
-std::int64_t run_row_kernel(const RowKernelArgs& a) { return kHasFma ? run_row_kernel_fma(a) : nc_row_kernel(a); }
+std::int64_t run_row_kernel(const RowKernelArgs& a) {
+  switch (kIsa) {
+    case Isa::avx512: return run_row_kernel_avx512(a);
+    case Isa::fma: return run_row_kernel_fma(a);
+    case Isa::base: break;
+  }
+  return nc_row_kernel(a);
+}
 
 void row_sums(const double* h, std::int64_t n, BinnedSum& sum, BinnedSum& sumsq, Integer& zs, long& es,
               Integer& zq, long& eq) {
   std::int64_t s64 = 0;
   BinnedSum::i128 q128 = 0;
   int s_base = 0, q_base = 0;
-  const bool narrow = kHasFma ? narrow_sums_fma(h, n, s64, s_base, q128, q_base)
-                              : nc_narrow_sums(h, n, s64, s_base, q128, q_base);
+  bool narrow = false;
+  switch (kIsa) {
+    case Isa::avx512: narrow = narrow_sums_avx512(h, n, s64, s_base, q128, q_base); break;
+    case Isa::fma: narrow = narrow_sums_fma(h, n, s64, s_base, q128, q_base); break;
+    case Isa::base: narrow = nc_narrow_sums(h, n, s64, s_base, q128, q_base); break;
+  }
   if (narrow) {
     mpz_set_si(zs.backend().data(), s64);
     es = s_base;
@@ -50,8 +79,11 @@ void row_sums(const double* h, std::int64_t n, BinnedSum& sum, BinnedSum& sumsq,
     eq = q_base;
     return;
   }
-  if (kHasFma) accumulate_row_fma(h, n, sum, sumsq);
-  else nc_accumulate_row(h, n, sum, sumsq);
+  switch (kIsa) {
+    case Isa::avx512: accumulate_row_avx512(h, n, sum, sumsq); break;
+    case Isa::fma: accumulate_row_fma(h, n, sum, sumsq); break;
+    case Isa::base: nc_accumulate_row(h, n, sum, sumsq); break;
+  }
   sum.take(zs, es);
   sumsq.take(zq, eq);
 }
