@@ -318,7 +318,11 @@ class BlockEvaluator {
     Vec d = make_vec(D_, bits_);
     set_zero(q);
     for (std::int64_t i = 0; i < D_; ++i) {
-      sub(d[i], v[i], mean);
+      // With one element, v - mean(v) is exactly 0; intervals cannot see that (v and its mean
+      // are the same uncertain number), so it is set, or a y equal to the bias could never be
+      // decided when the bias is a midpoint of the output dtype.
+      if (c_.op == Op::layernorm && D_ == 1) set_zero(d[i]);
+      else sub(d[i], v[i], mean);
       sqr(t, d[i]);
       acc(q, t);
     }
@@ -358,6 +362,10 @@ class BlockEvaluator {
     div_n(gmean, gmean, static_cast<long>(D_));
     div_n(gx, gx, static_cast<long>(D_));
     for (std::int64_t i = 0; i < D_; ++i) {
+      if (c_.op == Op::layernorm && D_ == 1) {  // g - mean(g) = 0 and xhat = 0 exactly
+        set_zero(gin[i]);
+        continue;
+      }
       // r * (g - mean(g) - xhat * mean(g xhat)); RMSNorm without the mean(g) term
       mul(t, st.xhat[i], gx);
       sub(g[i], g[i], t);

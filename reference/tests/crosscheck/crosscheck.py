@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Cross-check `normcheck reference` against the independent mpmath reference.
 
-  crosscheck.py --normcheck PATH --cases N --seed S [--keep-failures DIR] [--jobs J]
+  crosscheck.py --normcheck PATH --cases N --seed S [--blocks-only] [--keep-failures DIR] [--jobs J]
   crosscheck.py --self-test          (tests of the independent reference itself; no binary)
 
 Generates N small random cases deterministically from the seed (case i depends only on (S, i)),
 runs `PATH reference --case FILE --json` on each and compares every output element the C++
-reference certifies with the value computed by mpmath_reference.py: the rounded value and the
+reference certifies (about 20% of the cases are residual blocks; all with --blocks-only)
+with the value computed by mpmath_reference.py: the rounded value and the
 binary64 image must both be identical (+0 == -0, NaN == NaN).  Exit status 0 only when there is
 no mismatch, every case ran, and at least 95% of the compared elements are certified.
 Must run under /usr/bin/python3 (needs mpmath and numpy).
@@ -81,8 +82,9 @@ def gen_case(seed: int, index: int, blocks_only: bool = False) -> dict:
 def gen_block_case(seed: int, index: int) -> dict:
     """A small residual block (post/pre/sandwich/deepnorm), L layers of norm + FFN, finite values
     kept modest (float16 never overflows).  Families: normal; zero_ffn (W1 = W2 = 0: F = b2, and
-    `pre` gives y = round(x + sum b2)); dead_relu (every relu input < 0: exact rational layers,
-    with output ties possible); hidden1 (D = 1); wide (D, D_ff = 8)."""
+    `pre` gives y = round(x + sum b2), with x often an exact tie of dtype_out); dead_relu (every
+    relu input < 0: exact rational layers, with output ties possible); hidden1 (D = 1); wide
+    (D = 8)."""
     rng = random.Random(f"normcheck-crosscheck/block/{seed}/{index}")
     block = rng.choice(list(R.BLOCKS))
     op = rng.choice(["layernorm", "rmsnorm"])
@@ -122,6 +124,13 @@ def gen_block_case(seed: int, index: int) -> dict:
         w1, w2 = [0.0] * len(w1), [0.0] * len(w2)
         if rng.random() < 0.5:
             b1, b2 = [0.0] * len(b1), [0.0] * len(b2)
+            if block == "pre":  # y = round(x): make about half of x exact ties of dtype_out
+                for i, v in enumerate(x):
+                    t = R.round_fraction(v, dtype_out)
+                    m = (Fraction(t) + Fraction(R.next_up(t, dtype_out))) / 2
+                    if rng.random() < 0.5 and math.isfinite(R.next_up(t, dtype_out)) and \
+                            R.round_fraction(m, dtype_x) == m:
+                        x[i] = float(m)
     elif family == "dead_relu":  # |W1 v| <= 0.01 * 8 * |v|, v <= a few units: a < 0
         w1 = [in_dtype(v * 2.0 ** -10, dtype_param) for v in w1]
         b1 = [in_dtype(-rng.uniform(4, 20), dtype_param) for _ in b1]
@@ -138,7 +147,8 @@ def gen_block_case(seed: int, index: int) -> dict:
         inputs["bias"] = {"shape": [L, K, D],
                           "data": [hexval(v) for v in draw(dtype_param, 0, 0.5, L * K * D)]}
     if direction == "backward":
-        inputs["dy"] = {"shape": shape, "data": [hexval(v) for v in draw(dtype_out, 0, 1, rows * D)]}
+        inputs["dy"] = {"shape": shape,
+                        "data": [hexval(v) for v in draw(dtype_out, 0, 1, rows * D)]}
     eps_choice = rng.choice(["1e-5", "1e-6", "0.1", "hex", "zero"])
     if eps_choice == "zero" and (family != "normal" or D < 3):
         eps_choice = "1e-5"
@@ -933,13 +943,15 @@ def block_self_test(check):
     # dz = 6/250 - 7/250 = -1/250 = da; dx = dh + W1^T da = [0, -8/250]
     c = _blk_case("post", "rmsnorm", "relu", 1, [1, 0], [1, 1], [0], [6, 1], [0, 0])
     out = R.evaluate(c)
-    check(vals(out, "y") == [1.4, 0.2] and vals(out, "y", "values") == [1.4, 0.2], f"post relu y {out}")
+    check(vals(out, "y") == [1.4, 0.2] and vals(out, "y", "values") == [1.4, 0.2],
+          f"post relu y {out}")
     out = R.evaluate(dict(c, direction="backward",
                           inputs=dict(c["inputs"], dy={"shape": [2], "data": [1, 0]})))
     want = {"dx": [0, F(-8, 250)], "dffn_w1": [F(-1, 250), 0], "dffn_b1": [F(-1, 250)],
             "dffn_w2": [F(1, 250), F(-7, 250)], "dffn_b2": [F(1, 250), F(-7, 250)]}
     for n, w in want.items():
-        check(vals(out, n) == [R.round_fraction(F(v), "float64") for v in w], f"post relu {n} {out[n]}")
+        check(vals(out, n) == [R.round_fraction(F(v), "float64") for v in w],
+              f"post relu {n} {out[n]}")
     # pre rmsnorm relu, eps 0: v = x = [1,-1], a = 2-1+1/2 = 3/2, f = [3/2+1/4, -3], y = [11/4, -4];
     # dy = [1,1]: dz = 1-2 = -1 = da, dW1 = -v, dv = [-2,-1], dh = dv - v*mean(dv v) = [-3/2,-3/2],
     # dx = dy + dh = [-1/2,-1/2]
@@ -953,7 +965,8 @@ def block_self_test(check):
     for n, w in want.items():
         check(vals(out, n) == w and vals(out, n, "values") == w, f"pre relu {n} {out[n]}")
     # two layers, post layernorm relu: layer 0: a = 0, F = 0, y0 = LN([1,3]) = [-1,1];
-    # layer 1: a = -1+1+1 = 1, h = [-1,1] + [1,-1] + [0,4] = [0,4] -> [-1,1]; weight/bias [2,3]/[.5,0]
+    # layer 1: a = -1+1+1 = 1, h = [-1,1] + [1,-1] + [0,4] = [0,4] -> [-1,1];
+    # weight [1,2] + offset 1, bias [.5,0]: y = [-2+.5, 3]
     c = _blk_case("post", "layernorm", "relu", 2, [1, 3], [0, 0, 1, 1], [0, 1], [0, 0, 1, -1],
                   [0, 0, 0, 4], affine="weight_bias", weight_offset=1,
                   inputs=None)
@@ -973,6 +986,13 @@ def block_self_test(check):
     want = {"dx": [1, 1], "dffn_w1": [3, -3], "dffn_b1": [3], "dffn_w2": [0, 0], "dffn_b2": [1, 1]}
     for n, w in want.items():
         check(vals(out, n) == w, f"pre gelu(0) {n} {out[n]}")
+    # relu'(0) = 0: pre, W1 = b1 = 0, W2 != 0: dz = W2^T dy = 6 but da = 0, so dW1 = db1 = 0
+    c = _blk_case("pre", "rmsnorm", "relu", 1, [1, -1], [0, 0], [0], [2, 4], [0.5, 0.25],
+                  dy=[1, 1])
+    out = R.evaluate(c)
+    want = {"dx": [1, 1], "dffn_w1": [0, 0], "dffn_b1": [0], "dffn_w2": [0, 0], "dffn_b2": [1, 1]}
+    for n, w in want.items():
+        check(vals(out, n) == w, f"pre relu'(0) {n} {out[n]}")
     # deepnorm, alpha = 1/2, relu dead (a = -1): h = x/2 + b2 = [7,1] -> [7/5,1/5]
     c = _blk_case("deepnorm", "rmsnorm", "relu", 1, [2, 0], [1, 0], [-3], [5, 5], [6, 1],
                   alpha=0.5)
@@ -1046,15 +1066,67 @@ def block_self_test(check):
                   f"post zero FFN {n}: {got} vs plain {exp}; {c}")
     check(n_pre >= 20 and n_post >= 15, f"zero-FFN coverage {n_pre} {n_post}")
 
-    # 3. forward values against PlainBlock at 3000 bits (intermediate roundings included)
+    # 3. the ball primitives at 640 bits enclose 3000-bit values, on exact and on ball inputs
+    import mpmath
+    rng = random.Random(777)
+    prims = [("erf", R.b_erf, mpmath.erf), ("exp", R.b_exp, mpmath.exp),
+             ("inv_sqrt", R.b_inv_sqrt, lambda v: 1 / mpmath.sqrt(v)),
+             ("gelu", lambda a: R.act_value("gelu", a),
+              lambda v: v / 2 * (1 + mpmath.erf(v / mpmath.sqrt(2)))),
+             ("gelu'", lambda a: R.act_deriv("gelu", a),
+              lambda v: (1 + mpmath.erf(v / mpmath.sqrt(2))) / 2 +
+              v * mpmath.exp(-v * v / 2) / mpmath.sqrt(2 * mpmath.pi)),
+             ("relu", lambda a: R.act_value("relu", a), lambda v: max(v, mpmath.mpf(0))),
+             ("mul", lambda a: R.b_mul(a, R.b_add(a, F(1, 3))),
+              lambda v: v * (v + mpmath.mpf(1) / 3)),
+             ("sum", lambda a: R.b_sum([a, F(-1, 7), R.b_neg(a), a]),
+              lambda v: v - mpmath.mpf(1) / 7)]
+    for i in range(600):
+        q = F(rng.randrange(-(1 << 40), 1 << 40), rng.choice([1 << rng.randint(36, 50),
+                                                             3 * 7 ** 5 << 30]))  # |q| < 16
+        name, fb, fp = prims[i % len(prims)]
+        if name == "inv_sqrt":
+            q = abs(q) + F(1, 1000)
+        if name == "exp":
+            q = q * 3
+        with mpmath.workprec(3000):
+            want = fp(mpmath.mpf(q.numerator) / q.denominator)
+        with mpmath.workprec(640):
+            R._ball_setup(640)
+            a = q
+            if i % 2:  # a ball around q: midpoint off by up to 2^-600 relatively
+                m = mpmath.mpf(q.numerator) / q.denominator * \
+                    (1 + rng.uniform(-1, 1) * mpmath.mpf(2) ** -600)
+                e = abs(R.mpf_to_fraction(m) - q)  # exact; the radius is twice its rounding
+                a = R.Ball(m, 2 * mpmath.mpf(e.numerator) / e.denominator + mpmath.mpf(2) ** -700)
+            v = fb(a)
+        wq = R.mpf_to_fraction(want)
+        lo, hi = (v, v) if isinstance(v, Fraction) else v.bounds()
+        tol = abs(wq) * F(1, 1 << 2900) + F(1, 1 << 2900)  # the 3000-bit value's own error
+        narrow = isinstance(v, Fraction) or hi - lo < abs(wq) * F(1, 1 << 500) + F(1, 1 << 550)
+        check(lo - tol <= wq <= hi + tol and narrow,
+              f"ball primitive {name}({q}) [{float(lo)}, {float(hi)}] does not enclose / too wide")
+
+    # 4. forward values against PlainBlock at 3000 bits (intermediate roundings included), and
+    #    the 640-bit enclosures of y contain the 3000-bit values
     n_cmp = n_und = 0
     for i in range(60):
         c = gen_block_case(31337, i)
         c = dict(c, direction="forward")
         out = R.evaluate(c)["y"]
         ys, _ = PlainBlock(c, prec=3000).forward("round")
+        try:
+            with mpmath.workprec(640):
+                balls = R.block_exact(R._BlockCase(c), 640)["y"]
+        except R._Undecided:
+            balls = None
         for j, v in enumerate(ys):
             q = R.mpf_to_fraction(v)
+            if balls is not None:
+                b = balls[j]
+                lo, hi = (b, b) if isinstance(b, Fraction) else b.bounds()
+                tol = abs(q) * F(1, 1 << 2900) + F(1, 1 << 2900)
+                check(lo - tol <= q <= hi + tol, f"block y[{j}] enclosure, case {i}: {c}")
             if out["values"][j] is None:
                 n_und += 1
                 continue
@@ -1065,7 +1137,7 @@ def block_self_test(check):
                   f"{out['f64'][j]!r} vs {mpmath_str(v)}")
     check(n_cmp > 500 and n_und <= n_cmp // 100, f"plain forward coverage {n_cmp} {n_und}")
 
-    # 4. gradients vs central differences, L = 1 and 2, every block, both activations and ops:
+    # 5. gradients vs central differences, L = 1 and 2, every block, both activations and ops:
     #    "st": of the straight-through forward (tight), "none": of the forward without the
     #    intermediate roundings (dtype_x float64, so the two differ by ~2^-52 relatively)
     want = [(b, L) for L in (1, 2) for b in R.BLOCKS]

@@ -29,6 +29,11 @@ dresidual_bias).  Rounding such a value to a format:
   4. otherwise the precision is doubled (up to 3360 bits) and, if still open, the element is
      reported as undecided (None).  Perfect-square s are detected, making 1/sqrt(s) rational.
 
+Residual blocks (`"block"`: post / pre / sandwich / deepnorm, with an FFN and erf/exp) do not
+have that form: they are evaluated in exact rationals where possible and otherwise in rigorous
+mpmath balls (midpoint, radius) at 640 bits, and at 1280 / 2560 bits while an intermediate
+layer rounding is undecided; see "Residual blocks" below.
+
 Public entry point: `evaluate(case_dict) -> {name: {"dtype", "shape", "values", "f64"}}` where
 `values` / `f64` hold Python floats (exact binary64 images of the rounded values) or None where
 the element is undecided or deliberately not compared (non-finite rows, see below).
@@ -1041,8 +1046,10 @@ def block_exact(bc: _BlockCase, prec: int, round_between=True):
     dx = []
     grads = None
     if bc.direction == "backward":
-        grads = {"dffn_w1": [[] for _ in range(L * bc.F * D)], "dffn_b1": [[] for _ in range(L * bc.F)],
-                 "dffn_w2": [[] for _ in range(L * D * bc.F)], "dffn_b2": [[] for _ in range(L * D)],
+        grads = {"dffn_w1": [[] for _ in range(L * bc.F * D)],
+                 "dffn_b1": [[] for _ in range(L * bc.F)],
+                 "dffn_w2": [[] for _ in range(L * D * bc.F)],
+                 "dffn_b2": [[] for _ in range(L * D)],
                  "dweight": [[] for _ in range(L * bc.K * D)] if bc.w is not None else None,
                  "dbias": [[] for _ in range(L * bc.K * D)] if bc.b is not None else None}
     for r in range(bc.rows):
