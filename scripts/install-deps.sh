@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev librapidcheck-dev   # tests and property tests
   libbenchmark-dev                              # reference speed benchmark
   libcli11-dev nlohmann-json3-dev libfmt-dev    # CLI, JSON case/results files, formatting
-  python3-mpmath python3-numpy                  # independent high-precision cross-check (tests)
+  python3-mpmath python3-numpy python3-h5py     # independent cross-check; h5py reads fixtures (tests)
 )
 
 missing=()
