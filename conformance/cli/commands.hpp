@@ -16,5 +16,6 @@ inline constexpr int kExitInternal = 3;  // a bug in normcheck
 using Runner = std::function<int()>;
 
 Runner add_reference_command(CLI::App& app);
+Runner add_fixtures_command(CLI::App& app);
 
 }  // namespace normcheck::cli

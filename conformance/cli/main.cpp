@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   auto* version = app.add_subcommand("version", "Print the version of normcheck and of its formats");
   version->callback([] {});
   normcheck::cli::Runner run_reference = normcheck::cli::add_reference_command(app);
+  normcheck::cli::Runner run_fixtures = normcheck::cli::add_fixtures_command(app);
 
   try {
     app.parse(argc, argv);
@@ -27,9 +28,11 @@ int main(int argc, char** argv) {
     if (version->parsed()) {
       fmt::print("normcheck {}\n", normcheck::kVersion);
       fmt::print("case-json 1\n");
+      fmt::print("normcheck-fixtures 1\n");
       return 0;
     }
     if (app.got_subcommand("reference")) return run_reference();
+    if (app.got_subcommand("fixtures")) return run_fixtures();
   } catch (const std::exception& e) {
     fmt::print(stderr, "normcheck: internal error: {}\n", e.what());
     return normcheck::cli::kExitInternal;
