@@ -11,6 +11,7 @@ ctest --test-dir "$build_dir" --output-on-failure --parallel "$(nproc)" \
 if [[ "${CI:-}" == "true" || "${NORMCHECK_TEST_SANITIZE:-0}" == 1 ]]; then
   echo "--- sanitizer build (address, undefined): smoke tests"
   NORMCHECK_SANITIZE=1 NORMCHECK_BUILD_DIR="$root/build-sanitize" "$root/scripts/build.sh"
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0" \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-sanitize" --output-on-failure --parallel "$(nproc)" -L smoke
 fi
