@@ -452,30 +452,14 @@ class Evaluator {
         for (std::int64_t col = 0; col < g_.cols; ++col) set_ieee(y, off(row, col), kNaN);
         continue;
       }
-      if (ln) {
-        double v, v64;
-        if (opt_.fast_path && r.mu_a.valid() && detail::decide(r.mu_a, c_.dtype_compute, v) &&
-            detail::decide(r.mu_a, DType::float64, v64)) {
-          mean.value.data[row] = v;
-          mean.f64[row] = v64;
-          mean.certified[row] = 1;
-        } else {
-          ensure_exact(r);
-          set_exact(mean, row, r.mu);
-        }
+      if (ln && !fast_stat(mean, row, r.mu_a)) {
+        ensure_exact(r);
+        set_exact(mean, row, r.mu);
       }
-      {
-        double v, v64;
-        if (opt_.fast_path && r.r_a.valid() && detail::decide(r.r_a, c_.dtype_compute, v) &&
-            detail::decide(r.r_a, DType::float64, v64)) {
-          rstd.value.data[row] = v;
-          rstd.f64[row] = v64;
-          rstd.certified[row] = 1;
-        } else {
-          ensure_exact(r);
-          if (r.r_rational) set_exact(rstd, row, r.r);
-          else ziv_rstd(rstd, row, r);
-        }
+      if (!fast_stat(rstd, row, r.r_a)) {
+        ensure_exact(r);
+        if (r.r_rational) set_exact(rstd, row, r.r);
+        else ziv_rstd(rstd, row, r);
       }
 
       const bool kernel = opt_.fast_path && kernel_contract && r.all_double && r.r_a.valid() && r.mu_a.valid();
@@ -526,6 +510,17 @@ class Evaluator {
     if (ln) res.outputs.emplace("mean", std::move(mean));
     res.outputs.emplace("rstd", std::move(rstd));
     if (res_) res.outputs.emplace("residual_out", std::move(rout));
+  }
+
+  // mean or rstd of a row decided from its double-double approximation, when the bound allows.
+  bool fast_stat(Output& o, std::int64_t row, const Approx& a) const {
+    double v, v64;
+    if (!opt_.fast_path || !a.valid() || !detail::decide(a, o.value.dtype, v) || !detail::decide(a, DType::float64, v64))
+      return false;
+    o.value.data[row] = v;
+    o.f64[row] = v64;
+    o.certified[row] = 1;
+    return true;
   }
 
   void ziv_rstd(Output& o, std::int64_t i, Row& r) {
