@@ -113,6 +113,7 @@ struct Row {
   std::span<const double> h;         // binary64 h (IEEE value where non-finite): into x or h_store
   std::vector<double> h_store;
   std::vector<char> wide;            // 1 where h is not a binary64 in the fast domain
+  detail::RowScan scan;              // exponent range of h (fast rows)
   std::vector<Rational> hq;          // all h as rationals, when !all_double
   // Exact sums (fast rows): sum h = zs * 2^es, sum h^2 = zq * 2^eq.
   detail::Integer zs, zq;
@@ -195,12 +196,9 @@ class Evaluator {
         for (std::int64_t col = 0; col < n; ++col) r.h_store[col] = x_->data[off(row, col)];
         r.h = r.h_store;
       }
-      bool special = false, out_of_domain = false;
-      for (const double h : r.h) {  // branch-free: the common row has neither
-        const auto e = static_cast<int>((std::bit_cast<std::uint64_t>(h) >> 52) & 0x7ff);
-        special |= e == 0x7ff;
-        out_of_domain |= ((e < 1023 - 480) | (e > 1023 + 479)) & (h != 0);
-      }
+      r.scan = detail::scan_row(r.h.data(), n);
+      const bool special = r.scan.special();
+      const bool out_of_domain = !special && !r.scan.in_fast_domain();
       if (special)
         for (const double h : r.h) {
           r.has_nan |= std::isnan(h);
@@ -277,7 +275,8 @@ class Evaluator {
       return;
     }
     // Exact sums in integer bins; h*h splits exactly into two binary64 values here.
-    detail::row_sums(r.h.data(), g_.cols, sum_, sumsq_, r.zs, r.es, r.zq, r.eq);
+    if (!simple_h_) r.scan = detail::scan_row(r.h.data(), g_.cols);
+    detail::row_sums(r.h.data(), g_.cols, r.scan, sum_, sumsq_, r.zs, r.es, r.zq, r.eq);
     approximate_stats(r);
   }
 

@@ -80,9 +80,21 @@ struct RowKernelArgs {
 // Returns the number of undecided columns.
 std::int64_t run_row_kernel(const RowKernelArgs& a);
 
-// The exact sum and sum of squares of a row of binary64 values in the fast domain
-// [2^-480, 2^480] (or 0), as zs * 2^es and zq * 2^eq.
-void row_sums(const double* h, std::int64_t n, BinnedSum& sum, BinnedSum& sumsq, Integer& zs, long& es,
-              Integer& zq, long& eq);
+// One pass over a row: the range of biased exponents of its nonzero values (emin = 0x7ff
+// when all are zero; emax = 0x7ff when one is NaN or infinite), and whether every value has
+// at most 24 significant bits (the low 29 bits of every significand are zero).
+struct RowScan {
+  int emin = 0x7ff, emax = 0;
+  bool narrow_bits = true;
+  bool special() const { return emax == 0x7ff; }
+  // Every nonzero |h| in [2^-480, 2^480): h*h splits exactly into two binary64 values.
+  bool in_fast_domain() const { return emin >= 1023 - 480 && emax <= 1023 + 479; }
+};
+RowScan scan_row(const double* h, std::int64_t n);
+
+// The exact sum and sum of squares of a row of finite binary64 values in the fast domain, as
+// zs * 2^es and zq * 2^eq; `scan` is scan_row's result for the row.
+void row_sums(const double* h, std::int64_t n, const RowScan& scan, BinnedSum& sum, BinnedSum& sumsq, Integer& zs,
+              long& es, Integer& zq, long& eq);
 
 }  // namespace normcheck::ref::detail
