@@ -71,6 +71,29 @@ TEST(Validation, ValuesMustBelongToTheirDtype) {
   }
 }
 
+TEST(Validation, EveryRowOfFloat32XIsChecked) {
+  // evaluate() checks float32 x row by row from its row scan; a bad value anywhere must still
+  // be caught with the same error: in a later row, next to a NaN, among subnormals, too large.
+  for (double bad : {0.1, 0x1p-140 + 0x1p-170, 1e300}) {
+    for (bool with_nan : {false, true}) {
+      std::vector<double> x(3 * 4, 1.5);
+      x[2 * 4 + 1] = bad;
+      if (with_nan) x[2 * 4 + 3] = NAN;
+      Case c = simple_case(Op::layernorm, 3, 4, x);
+      try {
+        (void)evaluate(c);
+        FAIL() << "accepted " << bad;
+      } catch (const CaseError& e) {
+        EXPECT_EQ(e.field(), "inputs/x");
+        EXPECT_NE(std::string(e.what()).find("element 9 "), std::string::npos) << e.what();
+      }
+    }
+  }
+  // Values that are float32 values pass: subnormals, the largest finite, zeros, NaN.
+  Case ok = simple_case(Op::rmsnorm, 2, 4, {0x1p-149, -0x1p-126, 0x1.fffffep127, 0.0, -0.0, 1, NAN, 2});
+  EXPECT_NO_THROW((void)evaluate(ok));
+}
+
 TEST(Validation, DecimalInputsAreRoundedToTheDtype) {
   json j = good();
   j["dtype_x"] = "float16";

@@ -95,4 +95,11 @@ inline constexpr std::int64_t kMaxLayers = 64;
 Geometry geometry_of(const Case& c);  // validates shape/axis; throws CaseError
 void validate(const Case& c);         // full validation; throws CaseError
 
+namespace detail {
+// validate() with the check that every x value belongs to dtype_x optional: evaluate() leaves
+// it out for float32 rows it checks itself from the row scan, and checks the rest element by
+// element, with the same error.
+void validate(const Case& c, bool x_values);
+}  // namespace detail
+
 }  // namespace normcheck::ref
