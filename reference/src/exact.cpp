@@ -6,7 +6,6 @@
 
 namespace normcheck::ref::detail {
 
-__extension__ typedef unsigned __int128 u128;  // GCC/Clang extension, for the limb shift
 
 Rational exact(double v) {
   Rational q;
@@ -112,68 +111,6 @@ bool decide(const Enclosure& e, DType t, double& out) {
   // Both zero: +0 unless the whole enclosure is negative.
   out = (lo == 0.0) ? (mpfr_sgn(e.hi.get()) < 0 ? -0.0 : 0.0) : lo;
   return true;
-}
-
-void LongAccumulator::add(double v) {
-  const auto bits = std::bit_cast<std::uint64_t>(v);
-  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
-  std::uint64_t mant = bits & ((std::uint64_t{1} << 52) - 1);
-  int lsb = kLsbExponent;  // exponent of the mantissa's last bit
-  if (biased != 0) {
-    mant |= std::uint64_t{1} << 52;
-    lsb = biased - 1075;
-  }
-  if (mant == 0) return;
-  const int pos = lsb - kLsbExponent;
-  const int limb = pos / 64;
-  const int shift = pos % 64;
-  const u128 wide = static_cast<u128>(mant) << shift;
-  std::uint64_t parts[2] = {static_cast<std::uint64_t>(wide), static_cast<std::uint64_t>(wide >> 64)};
-  if (!(bits >> 63)) {
-    std::uint64_t carry = 0;
-    for (int i = limb; i < kLimbs; ++i) {
-      const std::uint64_t add = (i - limb < 2 ? parts[i - limb] : 0);
-      const std::uint64_t s1 = limbs_[i] + add;
-      const std::uint64_t c1 = s1 < add;
-      const std::uint64_t s2 = s1 + carry;
-      const std::uint64_t c2 = s2 < carry;
-      limbs_[i] = s2;
-      carry = c1 | c2;
-      if (!carry && i - limb >= 1) break;
-    }
-  } else {
-    std::uint64_t borrow = 0;
-    for (int i = limb; i < kLimbs; ++i) {
-      const std::uint64_t sub = (i - limb < 2 ? parts[i - limb] : 0);
-      const std::uint64_t old = limbs_[i];
-      const std::uint64_t d1 = old - sub;
-      const std::uint64_t b1 = old < sub;
-      const std::uint64_t d2 = d1 - borrow;
-      const std::uint64_t b2 = d1 < borrow;
-      limbs_[i] = d2;
-      borrow = b1 | b2;
-      if (!borrow && i - limb >= 1) break;
-    }
-  }
-}
-
-Rational LongAccumulator::value() const {
-  const bool negative = limbs_[kLimbs - 1] >> 63;
-  std::array<std::uint64_t, kLimbs> mag = limbs_;
-  if (negative) {  // two's complement negation
-    std::uint64_t carry = 1;
-    for (auto& l : mag) {
-      l = ~l + carry;
-      carry = (carry && l == 0) ? 1 : 0;
-    }
-  }
-  Integer z;
-  mpz_import(z.backend().data(), kLimbs, -1, sizeof(std::uint64_t), 0, 0, mag.data());
-  if (negative) mpz_neg(z.backend().data(), z.backend().data());
-  Rational q;
-  mpq_set_z(q.backend().data(), z.backend().data());
-  mpq_div_2exp(q.backend().data(), q.backend().data(), static_cast<mp_bitcnt_t>(-kLsbExponent));
-  return q;
 }
 
 }  // namespace normcheck::ref::detail

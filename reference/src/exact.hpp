@@ -6,7 +6,6 @@
 
 #include <mpfr.h>
 
-#include <array>
 #include <boost/multiprecision/gmp.hpp>
 #include <boost/multiprecision/mpfr.hpp>
 #include <cstdint>
@@ -59,19 +58,5 @@ void add(Enclosure& out, const Enclosure& a, const Enclosure& b);
 // Rounds both ends of `e` to `t`; true (and the value in `out`) when they agree, i.e. the
 // rounding of the enclosed exact value is decided. The sign of a zero result is not decided.
 bool decide(const Enclosure& e, DType t, double& out);
-
-// Exact sum of binary64 values whose bits all lie in [2^-1074, 2^1000): a fixed-point
-// (Kulisch) accumulator of 34 64-bit limbs in two's complement, bit 0 weighing 2^-1074.
-class LongAccumulator {
- public:
-  static constexpr int kLimbs = 34;
-  static constexpr int kLsbExponent = -1074;
-  void clear() { limbs_.fill(0); }
-  void add(double v);       // v finite with |v| < 2^1000 (callers check the domain)
-  Rational value() const;   // the exact sum
-
- private:
-  std::array<std::uint64_t, kLimbs> limbs_{};
-};
 
 }  // namespace normcheck::ref::detail
