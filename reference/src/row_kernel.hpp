@@ -93,8 +93,9 @@ struct RowScan {
 RowScan scan_row(const double* h, std::int64_t n);
 
 // The exact sum and sum of squares of a row of finite binary64 values in the fast domain, as
-// zs * 2^es and zq * 2^eq; `scan` is scan_row's result for the row.
-void row_sums(const double* h, std::int64_t n, const RowScan& scan, BinnedSum& sum, BinnedSum& sumsq, Integer& zs,
-              long& es, Integer& zq, long& eq);
+// zs * 2^es and zq * 2^eq; `scan` is scan_row's result for the row. With need_sum = false
+// (RMSNorm) the sum may be left 0.
+void row_sums(const double* h, std::int64_t n, const RowScan& scan, bool need_sum, BinnedSum& sum,
+              BinnedSum& sumsq, Integer& zs, long& es, Integer& zq, long& eq);
 
 }  // namespace normcheck::ref::detail

@@ -14,8 +14,8 @@ namespace normcheck::ref::detail {
 #define NC_DECLARE_VARIANT(v)                                                                          \
   std::int64_t run_row_kernel_##v(const RowKernelArgs& a);                                             \
   void accumulate_row_##v(const double* h, std::int64_t n, BinnedSum& sum, BinnedSum& sumsq);          \
-  bool narrow_sums_##v(const double* h, std::int64_t n, const RowScan& scan, std::int64_t& s64, int& s_base, \
-                       BinnedSum::i128& q128, int& q_base);                                              \
+  bool narrow_sums_##v(const double* h, std::int64_t n, const RowScan& scan, bool need_sum, std::int64_t& s64, \
+                       int& s_base, BinnedSum::i128& q128, int& q_base);                                 \
   void scan_row_##v(const double* h, std::int64_t n, RowScan& out);
 NC_DECLARE_VARIANT(fma)
 NC_DECLARE_VARIANT(avx512)
@@ -68,16 +68,16 @@ RowScan scan_row(const double* h, std::int64_t n) {
   return out;
 }
 
-void row_sums(const double* h, std::int64_t n, const RowScan& scan, BinnedSum& sum, BinnedSum& sumsq, Integer& zs,
-              long& es, Integer& zq, long& eq) {
+void row_sums(const double* h, std::int64_t n, const RowScan& scan, bool need_sum, BinnedSum& sum,
+              BinnedSum& sumsq, Integer& zs, long& es, Integer& zq, long& eq) {
   std::int64_t s64 = 0;
   BinnedSum::i128 q128 = 0;
   int s_base = 0, q_base = 0;
   bool narrow = false;
   switch (kIsa) {
-    case Isa::avx512: narrow = narrow_sums_avx512(h, n, scan, s64, s_base, q128, q_base); break;
-    case Isa::fma: narrow = narrow_sums_fma(h, n, scan, s64, s_base, q128, q_base); break;
-    case Isa::base: narrow = nc_narrow_sums(h, n, scan, s64, s_base, q128, q_base); break;
+    case Isa::avx512: narrow = narrow_sums_avx512(h, n, scan, need_sum, s64, s_base, q128, q_base); break;
+    case Isa::fma: narrow = narrow_sums_fma(h, n, scan, need_sum, s64, s_base, q128, q_base); break;
+    case Isa::base: narrow = nc_narrow_sums(h, n, scan, need_sum, s64, s_base, q128, q_base); break;
   }
   if (narrow) {
     mpz_set_si(zs.backend().data(), s64);
