@@ -284,7 +284,8 @@ class Evaluator {
     }
     // Exact sums in integer bins; h*h splits exactly into two binary64 values here.
     if (!simple_h_) r.scan = detail::scan_row(r.h.data(), g_.cols);
-    detail::row_sums(r.h.data(), g_.cols, r.scan, c_.op == Op::layernorm, sum_, sumsq_, r.zs, r.es, r.zq, r.eq);
+    detail::row_sums(r.h.data(), g_.cols, r.scan, c_.op == Op::layernorm, sum_, sumsq_, r.zs.backend().data(), r.es,
+                     r.zq.backend().data(), r.eq);
     approximate_stats(r);
   }
 

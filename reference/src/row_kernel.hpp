@@ -7,12 +7,21 @@
 // for any x86-64; the choice is made once at run time.
 #pragma once
 
+#include <gmp.h>
+
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "exact.hpp"
 #include "normcheck/reference/dtype.hpp"
+
+// This header is included by the per-ISA builds (row_kernel_fma.cpp, row_kernel_avx512.cpp,
+// compiled with -march=x86-64-v3/v4). It must not pull in C++ code the compiler could emit as
+// a weak symbol there (Boost.Multiprecision, for one): the linker may keep that AVX-512 copy
+// for the whole program, which would then crash on CPUs without AVX-512. GMP's C interface
+// (mpz_ptr) is all it uses; the test reference.isa_objects_have_no_weak_symbols checks the
+// objects with nm.
 
 namespace normcheck::ref::detail {
 
@@ -44,7 +53,7 @@ class BinnedSum {
     hi_ = hi > hi_ ? hi : hi_;
   }
   // The exact sum (its own and its twin's) as z * 2^exp; clears both.
-  void take(Integer& z, long& exp);
+  void take(mpz_ptr z, long& exp);
   // A second set of bins that take() merges in, for interleaved accumulation.
   BinnedSum* twin();
 
@@ -96,6 +105,6 @@ RowScan scan_row(const double* h, std::int64_t n);
 // zs * 2^es and zq * 2^eq; `scan` is scan_row's result for the row. With need_sum = false
 // (RMSNorm) the sum may be left 0.
 void row_sums(const double* h, std::int64_t n, const RowScan& scan, bool need_sum, BinnedSum& sum,
-              BinnedSum& sumsq, Integer& zs, long& es, Integer& zq, long& eq);
+              BinnedSum& sumsq, mpz_ptr zs, long& es, mpz_ptr zq, long& eq);
 
 }  // namespace normcheck::ref::detail

@@ -69,7 +69,7 @@ RowScan scan_row(const double* h, std::int64_t n) {
 }
 
 void row_sums(const double* h, std::int64_t n, const RowScan& scan, bool need_sum, BinnedSum& sum,
-              BinnedSum& sumsq, Integer& zs, long& es, Integer& zq, long& eq) {
+              BinnedSum& sumsq, mpz_ptr zs, long& es, mpz_ptr zq, long& eq) {
   std::int64_t s64 = 0;
   BinnedSum::i128 q128 = 0;
   int s_base = 0, q_base = 0;
@@ -80,13 +80,13 @@ void row_sums(const double* h, std::int64_t n, const RowScan& scan, bool need_su
     case Isa::base: narrow = nc_narrow_sums(h, n, scan, need_sum, s64, s_base, q128, q_base); break;
   }
   if (narrow) {
-    mpz_set_si(zs.backend().data(), s64);
+    mpz_set_si(zs, s64);
     es = s_base;
     // q128 >= 0 (a sum of squares): high and low 64-bit halves.
     const auto hi = static_cast<std::uint64_t>(q128 >> 64), lo = static_cast<std::uint64_t>(q128);
-    mpz_set_ui(zq.backend().data(), hi);
-    mpz_mul_2exp(zq.backend().data(), zq.backend().data(), 64);
-    mpz_add_ui(zq.backend().data(), zq.backend().data(), lo);
+    mpz_set_ui(zq, hi);
+    mpz_mul_2exp(zq, zq, 64);
+    mpz_add_ui(zq, zq, lo);
     eq = q_base;
     return;
   }
@@ -106,7 +106,7 @@ BinnedSum* BinnedSum::twin() {
   return twin_.get();
 }
 
-void BinnedSum::take(Integer& z, long& exp) {
+void BinnedSum::take(mpz_ptr z, long& exp) {
   if (twin_ && twin_->hi_ >= 0) {  // merge the twin's bins into ours
     for (int i = twin_->lo_; i <= twin_->hi_; ++i) {
       bins_[i] += twin_->bins_[i];
@@ -117,7 +117,7 @@ void BinnedSum::take(Integer& z, long& exp) {
     twin_->lo_ = 1 << 20;
     twin_->hi_ = -1;
   }
-  mpz_set_ui(z.backend().data(), 0);
+  mpz_set_ui(z, 0);
   exp = 0;
   if (hi_ < 0) return;
   // Carry propagation turns the bins into the two's complement binary expansion of the sum.
@@ -141,11 +141,14 @@ void BinnedSum::take(Integer& z, long& exp) {
     if (i >= hi_ && (carry == 0 || carry == -1)) break;
   }
   if (nbits % 64) words.push_back(word);
-  mpz_import(z.backend().data(), words.size(), -1, sizeof(std::uint64_t), 0, 0, words.data());
+  mpz_import(z, words.size(), -1, sizeof(std::uint64_t), 0, 0, words.data());
   if (carry == -1) {  // negative: value = bits - 2^nbits
-    Integer p;
-    mpz_ui_pow_ui(p.backend().data(), 2, static_cast<unsigned long>(nbits));
-    mpz_sub(z.backend().data(), z.backend().data(), p.backend().data());
+    // value = bits - 2^nbits
+    mpz_t p;
+    mpz_init(p);
+    mpz_ui_pow_ui(p, 2, static_cast<unsigned long>(nbits));
+    mpz_sub(z, z, p);
+    mpz_clear(p);
   }
   exp = static_cast<long>(lo_) - 1075;
   lo_ = 1 << 20;

@@ -161,7 +161,7 @@ TEST(RowSums, AgreeWithRationalSumsOnNarrowAndWideRows) {
     }
     detail::Integer zs, zq;
     long es = 0, eq = 0;
-    detail::row_sums(h.data(), n, detail::scan_row(h.data(), n), true, s, q, zs, es, zq, eq);
+    detail::row_sums(h.data(), n, detail::scan_row(h.data(), n), true, s, q, zs.backend().data(), es, zq.backend().data(), eq);
     ASSERT_EQ(value_of(zs, es), want_s) << "trial " << trial;
     ASSERT_EQ(value_of(zq, eq), want_q) << "trial " << trial;
   }
