@@ -204,14 +204,12 @@ class BlockEvaluator {
     bool all = true;
 
     for (std::int64_t row = 0; row < rows_; ++row) {
-      // Layer inputs (exact values) and each layer's saved state for backward.
-      std::vector<Vec> inputs;
+      // Each layer's saved state for backward (its FFN input, pre-activations, x-hat, rstd).
       std::vector<LayerState> states;
       Vec u = make_vec(D_, bits_);
       for (std::int64_t i = 0; i < D_; ++i) set(u[i], in_.x->data[row * D_ + i]);
       bool tainted = false;
       for (std::int64_t l = 0; l < L_; ++l) {
-        inputs.push_back(u);
         states.emplace_back(D_, F_, bits_);
         Vec out = make_vec(D_, bits_);
         layer_forward(l, u, states.back(), out);
@@ -233,7 +231,7 @@ class BlockEvaluator {
       for (std::int64_t i = 0; i < D_; ++i) set(g[i], in_.dy->data[row * D_ + i]);
       for (std::int64_t l = L_ - 1; l >= 0; --l) {
         Vec gin = make_vec(D_, bits_);
-        layer_backward(l, inputs[l], states[l], g, gin, gw, gb, gw1, gb1, gw2, gb2);
+        layer_backward(l, states[l], g, gin, gw, gb, gw1, gb1, gw2, gb2);
         std::swap(g, gin);
       }
       for (std::int64_t i = 0; i < D_; ++i) all &= put(dx, row * D_ + i, g[i], tainted);
@@ -375,7 +373,6 @@ class BlockEvaluator {
   }
 
   void ffn_forward(std::int64_t l, const Vec& v, LayerState& st, Vec& out) {
-    Iv t(bits_);
     for (std::int64_t i = 0; i < D_; ++i) copy(st.f_in[i], v[i]);
     for (std::int64_t j = 0; j < F_; ++j) {
       set(st.a[j], in_.b1->data[l * F_ + j]);
@@ -386,7 +383,6 @@ class BlockEvaluator {
       set(out[i], in_.b2->data[l * D_ + i]);
       for (std::int64_t j = 0; j < F_; ++j) acc_mul_d(out[i], in_.w2->data[(l * D_ + i) * F_ + j], st.z[j], t_);
     }
-    (void)t;
   }
 
   void ffn_backward(std::int64_t l, const LayerState& st, const Vec& gout, Vec& gin, Vec& gw1, Vec& gb1, Vec& gw2,
@@ -442,9 +438,8 @@ class BlockEvaluator {
     }
   }
 
-  void layer_backward(std::int64_t l, const Vec& u, const LayerState& st, const Vec& gout, Vec& gin, Vec& gw, Vec& gb,
+  void layer_backward(std::int64_t l, const LayerState& st, const Vec& gout, Vec& gin, Vec& gw, Vec& gb,
                       Vec& gw1, Vec& gb1, Vec& gw2, Vec& gb2) {
-    (void)u;
     Vec gs = make_vec(D_, bits_), gf = make_vec(D_, bits_);
     switch (c_.block) {
       case Block::post:

@@ -162,6 +162,14 @@ void check_tensor(const Case& c, const std::string& name, DType want, const std:
 
 namespace {
 
+// Every input must be one the case uses: a stray tensor is almost always a mistake in the
+// case (a wrong affine or residual attribute), so it is named rather than ignored.
+void reject_unused_inputs(const Case& c, const std::vector<std::string>& known, const std::string& what) {
+  for (const auto& [name, t] : c.inputs)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw CaseError("inputs/" + name, "not used by " + what);
+}
+
 void validate_block(const Case& c, const Geometry& g) {
   const std::string block(name_of(c.block));
   const auto rank = static_cast<std::int64_t>(g.shape.size());
@@ -203,9 +211,7 @@ void validate_block(const Case& c, const Geometry& g) {
     check_tensor(c, "dy", c.dtype_out, g.shape);
     known.push_back("dy");
   }
-  for (const auto& [name, t] : c.inputs)
-    if (std::find(known.begin(), known.end(), name) == known.end())
-      throw CaseError("inputs/" + name, "not used by a " + block + " block case");
+  reject_unused_inputs(c, known, "a " + block + " block case");
   for (const auto& [name, t] : c.inputs)
     for (double v : t.data)
       if (!std::isfinite(v))
@@ -252,12 +258,10 @@ void detail::validate(const Case& c, bool x_values) {
     check_tensor(c, "dy", c.dtype_out, g.shape);
     known.push_back("dy");
   }
-  for (const auto& [name, t] : c.inputs)
-    if (std::find(known.begin(), known.end(), name) == known.end())
-      throw CaseError("inputs/" + name, "not used by this case (op " + std::string(name_of(c.op)) + ", affine " +
-                                            std::string(name_of(c.affine)) + ", residual " +
-                                            std::string(name_of(c.residual)) + ", " +
-                                            std::string(name_of(c.direction)) + ")");
+  reject_unused_inputs(c, known,
+                       "this case (op " + std::string(name_of(c.op)) + ", affine " + std::string(name_of(c.affine)) +
+                           ", residual " + std::string(name_of(c.residual)) + ", " +
+                           std::string(name_of(c.direction)) + ")");
 }
 
 }  // namespace normcheck::ref

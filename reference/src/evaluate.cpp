@@ -109,7 +109,6 @@ std::optional<double> exact_h_double(double alpha, double x, double r, double rb
 // Everything known about one row. Fast rows (every h a binary64 in the fast domain) keep
 // their exact sums as integers and get mean/q as rationals only when an element needs them.
 struct Row {
-  std::int64_t index = 0;
   bool has_nan = false;
   bool has_inf = false;
   bool all_double = true;            // every h exactly a binary64 in the fast domain
@@ -190,7 +189,6 @@ class Evaluator {
   // Builds h for a row (after the contract's h rounding) and its exact statistics.
   Row make_row(std::int64_t row) {
     Row r;
-    r.index = row;
     const auto n = g_.cols;
     // h is kept as binary64 where that is exact and inside the fast domain [2^-480, 2^480]
     // (so h*h splits exactly into two doubles); otherwise as a rational.
@@ -286,7 +284,10 @@ class Evaluator {
     if (!simple_h_) r.scan = detail::scan_row(r.h.data(), g_.cols);
     detail::row_sums(r.h.data(), g_.cols, r.scan, c_.op == Op::layernorm, sum_, sumsq_, r.zs.backend().data(), r.es,
                      r.zq.backend().data(), r.eq);
-    approximate_stats(r);
+    // Backward works with the exact rationals (ensure_exact) only; the forward pass needs the
+    // double-double mean and rstd (and the q = 0 test that comes with them).
+    if (c_.direction == Direction::forward) approximate_stats(r);
+    else r.mu_a = r.r_a = detail::invalid();
   }
 
   void set_exact_stats(Row& r, const Rational& sum, const Rational& sumsq) {
