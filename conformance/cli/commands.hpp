@@ -17,5 +17,6 @@ using Runner = std::function<int()>;
 
 Runner add_reference_command(CLI::App& app);
 Runner add_fixtures_command(CLI::App& app);
+Runner add_worker_command(CLI::App& app);
 
 }  // namespace normcheck::cli

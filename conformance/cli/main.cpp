@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   version->callback([] {});
   normcheck::cli::Runner run_reference = normcheck::cli::add_reference_command(app);
   normcheck::cli::Runner run_fixtures = normcheck::cli::add_fixtures_command(app);
+  normcheck::cli::Runner run_worker = normcheck::cli::add_worker_command(app);
 
   try {
     app.parse(argc, argv);
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("reference")) return run_reference();
     if (app.got_subcommand("fixtures")) return run_fixtures();
+    if (app.got_subcommand("worker")) return run_worker();
   } catch (const std::exception& e) {
     fmt::print(stderr, "normcheck: internal error: {}\n", e.what());
     return normcheck::cli::kExitInternal;

@@ -1,0 +1,121 @@
+/* normcheck candidate plugin ABI, version 1.
+ *
+ * A candidate is a shared library that exports one C symbol,
+ *
+ *     const nc_candidate* normcheck_candidate(void);
+ *
+ * returning a descriptor that lives as long as the library is loaded. The host checks
+ * `abi_version` (== NORMCHECK_CANDIDATE_ABI_VERSION) and `struct_size` before touching anything
+ * else, so a later version can append fields. Everything here is C99; no C++ crosses the
+ * interface. See conformance/README.md ("Writing a plugin") and conformance/examples/.
+ *
+ * Tensors are host memory. Inputs are read-only. Outputs are allocated by the host, dense and
+ * row-major, and filled with a sentinel (NaN) before `run`, so an element the candidate never
+ * writes cannot pass by accident; the candidate sets `written` = 1 on each output it produces
+ * (one left at 0 is reported MISSING). A GPU plugin copies data to and from its device itself.
+ *
+ * Values of float16 and bfloat16 tensors are stored as their 16-bit patterns (uint16_t).
+ */
+#ifndef NORMCHECK_CANDIDATE_H
+#define NORMCHECK_CANDIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NORMCHECK_CANDIDATE_ABI_VERSION 1u
+#define NORMCHECK_CANDIDATE_SYMBOL "normcheck_candidate"
+
+/* Element types. The numbers are part of the ABI. */
+typedef enum nc_dtype { NC_FLOAT64 = 0, NC_FLOAT32 = 1, NC_FLOAT16 = 2, NC_BFLOAT16 = 3 } nc_dtype;
+typedef enum nc_op { NC_LAYERNORM = 0, NC_RMSNORM = 1 } nc_op;
+typedef enum nc_direction { NC_FORWARD = 0, NC_BACKWARD = 1 } nc_direction;
+typedef enum nc_affine { NC_AFFINE_NONE = 0, NC_AFFINE_WEIGHT = 1, NC_AFFINE_WEIGHT_BIAS = 2 } nc_affine;
+typedef enum nc_residual { NC_RESIDUAL_NONE = 0, NC_RESIDUAL_ADD = 1, NC_RESIDUAL_ADD_BIAS = 2 } nc_residual;
+typedef enum nc_block {
+  NC_BLOCK_NONE = 0, NC_BLOCK_POST = 1, NC_BLOCK_PRE = 2, NC_BLOCK_SANDWICH = 3, NC_BLOCK_DEEPNORM = 4
+} nc_block;
+typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
+
+/* Capability bits (nc_candidate.flags). */
+#define NC_CAP_RESIDUAL 0x1u      /* fused residual add (add / add_bias) */
+#define NC_CAP_BLOCKS 0x2u        /* post / pre / sandwich / deepnorm blocks */
+#define NC_CAP_GENERAL_AXES 0x4u  /* normalized dims other than the last one alone */
+#define NC_CAP_WEIGHT_OFFSET 0x8u /* weight_offset != 0 (scale = offset + weight) */
+
+/* A strided host tensor. strides are in elements; shape and strides have `rank` entries. */
+typedef struct nc_tensor {
+  void* data;
+  int32_t dtype; /* nc_dtype */
+  int32_t rank;
+  const int64_t* shape;
+  const int64_t* strides;
+} nc_tensor;
+
+/* A named input or output: "x", "weight", "bias", "residual", "residual_bias", "dy",
+ * "ffn_w1" ...; outputs "y", "mean", "rstd", "residual_out", "dx", "dweight", "dbias",
+ * "dresidual", "dresidual_bias", "dffn_w1" ... (fixtures/SCHEMA.md lists them with their
+ * shapes and dtypes). */
+typedef struct nc_named_tensor {
+  const char* name;
+  nc_tensor tensor;
+  int32_t written; /* outputs: the candidate sets 1 when it produced this output */
+} nc_named_tensor;
+
+/* One case, with the semantics of reference/README.md. */
+typedef struct nc_case {
+  const char* case_id;
+  int32_t op;        /* nc_op */
+  int32_t direction; /* nc_direction */
+  int32_t rank;
+  const int64_t* shape;     /* shape of x */
+  int32_t n_norm_dims;
+  const int64_t* norm_dims; /* normalized dims, sorted, non-negative (axis/axes resolved) */
+  double epsilon;           /* added to the variance inside the square root */
+  int32_t affine;           /* nc_affine */
+  double weight_offset;     /* scale = weight_offset + weight */
+  int32_t residual;         /* nc_residual: h = alpha*x + residual (+ residual_bias) */
+  double alpha;
+  int32_t block;            /* nc_block */
+  int64_t layers;
+  int32_t activation;       /* nc_activation */
+  const char* contract;     /* "exact", "llama", ..., or "a+b" */
+  int32_t dtype_x, dtype_param, dtype_out, dtype_compute, dtype_residual; /* nc_dtype */
+} nc_case;
+
+typedef struct nc_candidate {
+  uint32_t abi_version; /* NORMCHECK_CANDIDATE_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(nc_candidate) */
+  const char* name;
+  const char* description;
+  /* Capabilities: bit (1u << value) for each supported nc_op / nc_dtype / nc_direction. */
+  uint32_t ops;
+  uint32_t dtypes;         /* for x, parameters, outputs and residual */
+  uint32_t compute_dtypes; /* accumulation dtypes (the case's dtype_compute) */
+  uint32_t directions;
+  const char* contracts; /* comma-separated contract names, or "*" for any */
+  uint32_t flags;        /* NC_CAP_* */
+  const char* device;    /* "cpu", "cuda", "opencl" ... */
+
+  /* Optional (may be NULL). init returns the state passed to the other calls; on failure it
+   * returns NULL and writes a reason to err (then every case is UNSUPPORTED with it). */
+  void* (*init)(char* err, size_t err_len);
+  void (*fini)(void* state);
+  /* Optional: 0 to take the case, non-zero to decline it with a reason (UNSUPPORTED). */
+  int (*supports)(void* state, const nc_case* c, char* reason, size_t reason_len);
+  /* Required: computes the outputs. 0 on success; non-zero is an error, reported with err
+   * (the case is CRASHED). */
+  int (*run)(void* state, const nc_case* c, const nc_named_tensor* inputs, int32_t n_inputs,
+             nc_named_tensor* outputs, int32_t n_outputs, char* err, size_t err_len);
+} nc_candidate;
+
+typedef const nc_candidate* (*nc_candidate_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NORMCHECK_CANDIDATE_H */

@@ -1,0 +1,106 @@
+// Candidates: the implementations under test, behind one C++ interface whatever the transport
+// (built-in, in-process plugin, subprocess). The runner asks a candidate whether it takes a case,
+// calls it, and hands the outputs to the checker.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normcheck/reference/case.hpp"
+
+namespace normcheck::conf {
+
+// What a candidate declares it supports. A case outside it is UNSUPPORTED, never run.
+struct Capabilities {
+  std::vector<ref::Op> ops{ref::Op::layernorm, ref::Op::rmsnorm};
+  // Dtypes it accepts for x, parameters, outputs and residual (each must be in the list).
+  std::vector<ref::DType> dtypes{ref::DType::float32, ref::DType::float16, ref::DType::bfloat16};
+  // Accumulation dtypes (the case's dtype_compute) it implements.
+  std::vector<ref::DType> compute_dtypes{ref::DType::float32};
+  std::vector<ref::Direction> directions{ref::Direction::forward, ref::Direction::backward};
+  // Contract names it implements; "*" is any, "a+b" combinations are taken when each part is.
+  std::vector<std::string> contracts{"*"};
+  bool residual = true;      // fused add (residual add / add_bias)
+  bool blocks = false;       // post / pre / sandwich / deepnorm blocks
+  bool general_axes = true;  // axis other than the last dim, explicit axes
+  bool weight_offset = true; // weight_offset != 0
+  std::string device = "cpu";
+};
+
+// nullopt when `caps` covers the case; otherwise why not ("dtype bfloat16 not supported").
+std::optional<std::string> unsupported_reason(const Capabilities& caps, const ref::Case& c);
+
+enum class CandidateKind { correct, mutant, external };
+std::string_view name_of(CandidateKind k);
+
+struct CandidateInfo {
+  std::string name;  // the spec that makes it again: "builtin:cpu_two_pass", "plugin:./libk.so"
+  CandidateKind kind = CandidateKind::external;
+  std::string description;
+  std::string fault_class;  // mutants: the class of shared/FAULTS.md, "A" .. "G"
+  std::string fault;        // mutants: the fault in one line, with the public issue it reproduces
+  Capabilities caps;
+};
+
+// A candidate that failed to produce outputs for a case (threw, returned an error code, wrote
+// garbage on the protocol): the case is CRASHED with this message; the run goes on.
+class CandidateError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// The candidate did not answer within the time limit (subprocess transports only).
+class CandidateTimeout : public CandidateError {
+ public:
+  using CandidateError::CandidateError;
+};
+
+// Outputs by name ("y", "mean", "rstd", "residual_out", "dx", ...), each a dense row-major
+// tensor whose values belong to its dtype. An output the candidate does not produce is left
+// out (MISSING).
+using Outputs = std::map<std::string, ref::Tensor>;
+
+class Candidate {
+ public:
+  virtual ~Candidate() = default;
+  virtual const CandidateInfo& info() const = 0;
+  // Why the candidate declines this case, or nullopt when it takes it. The default checks the
+  // declared capabilities.
+  virtual std::optional<std::string> declines(const ref::Case& c) const {
+    return unsupported_reason(info().caps, c);
+  }
+  // Computes the outputs of one case (inputs in c.inputs). Throws CandidateError (CRASHED) or
+  // CandidateTimeout (TIMEOUT).
+  virtual Outputs run(const ref::Case& c) = 0;
+};
+
+// Built-in candidates: every correct kernel and every mutant bundled with normcheck.
+struct BuiltinEntry {
+  CandidateInfo info;  // info.name is "builtin:NAME"
+  std::unique_ptr<Candidate> (*make)();
+};
+const std::vector<BuiltinEntry>& builtin_candidates();
+
+// Makes a candidate from a spec string: "builtin:NAME", "plugin:PATH.so", "cmd:COMMAND ARGS...".
+// `isolate` runs a plugin (or a builtin) out of process in a `normcheck worker` child that
+// speaks the subprocess protocol; `timeout_s` bounds each case of a subprocess (0: none).
+// Throws std::invalid_argument for a bad spec (unknown builtin, missing file, wrong ABI).
+struct SpecOptions {
+  bool isolate = false;
+  double timeout_s = 0;
+  std::string self_exe;  // path of the normcheck executable (for `worker` children)
+};
+std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptions& opt = {});
+
+// The outputs a case produces: name -> (dtype, shape), the same set the reference computes.
+struct OutputSpec {
+  ref::DType dtype;
+  std::vector<std::int64_t> shape;
+};
+std::map<std::string, OutputSpec> output_specs(const ref::Case& c);
+
+}  // namespace normcheck::conf

@@ -1,0 +1,170 @@
+#include "normcheck/conformance/candidate.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "normcheck/reference/contract.hpp"
+#include "transports.hpp"
+
+namespace normcheck::conf {
+
+std::string_view name_of(CandidateKind k) {
+  switch (k) {
+    case CandidateKind::correct: return "correct";
+    case CandidateKind::mutant: return "mutant";
+    case CandidateKind::external: return "external";
+  }
+  return "?";
+}
+
+namespace {
+
+template <class T>
+bool has(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+bool contract_supported(const Capabilities& caps, const std::string& spec) {
+  if (has(caps.contracts, std::string("*")) || has(caps.contracts, spec)) return true;
+  // "a+b": supported when every part is.
+  std::size_t start = 0;
+  while (start <= spec.size()) {
+    const std::size_t plus = spec.find('+', start);
+    const std::string part = spec.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+    if (!has(caps.contracts, part)) return false;
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> unsupported_reason(const Capabilities& caps, const ref::Case& c) {
+  if (!has(caps.ops, c.op)) return fmt::format("op {} not supported", ref::name_of(c.op));
+  if (!has(caps.directions, c.direction))
+    return fmt::format("direction {} not supported", ref::name_of(c.direction));
+  const std::pair<const char*, ref::DType> roles[] = {{"dtype_x", c.dtype_x},
+                                                      {"dtype_param", c.dtype_param},
+                                                      {"dtype_out", c.dtype_out},
+                                                      {"dtype_residual", c.dtype_residual}};
+  for (const auto& [role, t] : roles) {
+    if (std::string_view(role) == "dtype_residual" && c.residual == ref::Residual::none) continue;
+    if (!has(caps.dtypes, t)) return fmt::format("{} {} not supported", role, ref::name_of(t));
+  }
+  if (!has(caps.compute_dtypes, c.dtype_compute))
+    return fmt::format("dtype_compute {} not supported", ref::name_of(c.dtype_compute));
+  if (!contract_supported(caps, c.contract)) return fmt::format("contract {} not supported", c.contract);
+  if (c.residual != ref::Residual::none && !caps.residual) return std::string("fused residual not supported");
+  if (c.block != ref::Block::none && !caps.blocks)
+    return fmt::format("{} blocks not supported", ref::name_of(c.block));
+  if (c.weight_offset != 0 && !caps.weight_offset) return std::string("weight_offset not supported");
+  if (!caps.general_axes) {
+    const auto g = ref::geometry_of(c);
+    const auto rank = static_cast<std::int64_t>(g.shape.size());
+    if (g.norm_dims.size() != 1 || g.norm_dims[0] != rank - 1)
+      return std::string("normalization over dims other than the last not supported");
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> split_command(std::string_view line) {
+  std::vector<std::string> words;
+  std::string cur;
+  bool in_word = false;
+  char quote = 0;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char ch = line[i];
+    if (quote) {
+      if (ch == quote) quote = 0;
+      else if (ch == '\\' && quote == '"' && i + 1 < line.size()) cur += line[++i];
+      else cur += ch;
+    } else if (ch == '\'' || ch == '"') {
+      quote = ch;
+      in_word = true;
+    } else if (ch == '\\' && i + 1 < line.size()) {
+      cur += line[++i];
+      in_word = true;
+    } else if (ch == ' ' || ch == '\t' || ch == '\n') {
+      if (in_word) words.push_back(std::move(cur));
+      cur.clear();
+      in_word = false;
+    } else {
+      cur += ch;
+      in_word = true;
+    }
+  }
+  if (quote) throw std::invalid_argument(fmt::format("unterminated {} quote in command: {}", quote, line));
+  if (in_word) words.push_back(std::move(cur));
+  return words;
+}
+
+std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptions& opt) {
+  const auto colon = spec.find(':');
+  if (colon == std::string_view::npos)
+    throw std::invalid_argument(fmt::format(
+        "candidate spec '{}': expected builtin:NAME, plugin:PATH.so or cmd:COMMAND ARGS...", spec));
+  const std::string_view kind = spec.substr(0, colon);
+  const std::string rest(spec.substr(colon + 1));
+  auto isolated = [&]() {
+    if (opt.self_exe.empty()) throw std::invalid_argument("--isolate needs the path of the normcheck executable");
+    return make_subprocess_candidate({opt.self_exe, "worker", std::string(spec)}, std::string(spec), opt.timeout_s);
+  };
+  if (kind == "builtin") {
+    for (const auto& e : builtin_candidates())
+      if (e.info.name == spec) return opt.isolate ? isolated() : e.make();
+    throw std::invalid_argument(
+        fmt::format("no built-in candidate '{}' (normcheck candidates lists them)", rest));
+  }
+  if (kind == "plugin") {
+    if (rest.empty()) throw std::invalid_argument("plugin: needs the path of a shared library");
+    if (!std::filesystem::exists(rest)) throw std::invalid_argument(fmt::format("plugin {}: no such file", rest));
+    return opt.isolate ? isolated() : make_plugin_candidate(rest);
+  }
+  if (kind == "cmd") {
+    auto argv = split_command(rest);
+    if (argv.empty()) throw std::invalid_argument("cmd: needs a command");
+    return make_subprocess_candidate(argv, std::string(spec), opt.timeout_s);
+  }
+  throw std::invalid_argument(fmt::format(
+      "candidate spec '{}': unknown kind '{}' (builtin, plugin or cmd)", spec, kind));
+}
+
+std::map<std::string, OutputSpec> output_specs(const ref::Case& c) {
+  std::map<std::string, OutputSpec> out;
+  const auto g = ref::geometry_of(c);
+  const bool ln = c.op == ref::Op::layernorm;
+  const bool w = c.affine != ref::Affine::none;
+  const bool b = c.affine == ref::Affine::weight_bias;
+  if (c.block != ref::Block::none) {
+    const auto shape_of = [&](const char* name) { return c.inputs.at(name).shape; };
+    if (c.direction == ref::Direction::forward) {
+      out["y"] = {c.dtype_out, g.shape};
+      return out;
+    }
+    out["dx"] = {c.dtype_x, g.shape};
+    if (w) out["dweight"] = {c.dtype_param, shape_of("weight")};
+    if (b) out["dbias"] = {c.dtype_param, shape_of("bias")};
+    for (const char* n : {"ffn_w1", "ffn_b1", "ffn_w2", "ffn_b2"})
+      out[std::string("d") + n] = {c.dtype_param, shape_of(n)};
+    return out;
+  }
+  const bool res = c.residual != ref::Residual::none;
+  if (c.direction == ref::Direction::forward) {
+    out["y"] = {c.dtype_out, g.shape};
+    if (ln) out["mean"] = {c.dtype_compute, g.stat_shape};
+    out["rstd"] = {c.dtype_compute, g.stat_shape};
+    if (res) out["residual_out"] = {c.dtype_residual, g.shape};
+    return out;
+  }
+  out["dx"] = {c.dtype_x, g.shape};
+  if (res) out["dresidual"] = {c.dtype_residual, g.shape};
+  if (w) out["dweight"] = {c.dtype_param, g.param_shape};
+  if (b) out["dbias"] = {c.dtype_param, g.param_shape};
+  if (c.residual == ref::Residual::add_bias) out["dresidual_bias"] = {c.dtype_param, g.param_shape};
+  return out;
+}
+
+}  // namespace normcheck::conf
