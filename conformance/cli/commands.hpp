@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace normcheck::cli {
 
@@ -18,5 +20,7 @@ using Runner = std::function<int()>;
 Runner add_reference_command(CLI::App& app);
 Runner add_fixtures_command(CLI::App& app);
 Runner add_worker_command(CLI::App& app);
+// candidates, run, check; argv_all (the arguments after the program name) goes into results files.
+Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all);
 
 }  // namespace normcheck::cli

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   normcheck::cli::Runner run_reference = normcheck::cli::add_reference_command(app);
   normcheck::cli::Runner run_fixtures = normcheck::cli::add_fixtures_command(app);
   normcheck::cli::Runner run_worker = normcheck::cli::add_worker_command(app);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  normcheck::cli::Runner run_harness = normcheck::cli::add_run_commands(app, args);
 
   try {
     app.parse(argc, argv);
@@ -30,11 +32,15 @@ int main(int argc, char** argv) {
       fmt::print("normcheck {}\n", normcheck::kVersion);
       fmt::print("case-json 1\n");
       fmt::print("normcheck-fixtures 1\n");
+      fmt::print("normcheck-results 1\n");
+      fmt::print("candidate-abi 1\n");
       return 0;
     }
     if (app.got_subcommand("reference")) return run_reference();
     if (app.got_subcommand("fixtures")) return run_fixtures();
     if (app.got_subcommand("worker")) return run_worker();
+    for (const char* name : {"candidates", "run", "check"})
+      if (app.got_subcommand(name)) return run_harness();
   } catch (const std::exception& e) {
     fmt::print(stderr, "normcheck: internal error: {}\n", e.what());
     return normcheck::cli::kExitInternal;

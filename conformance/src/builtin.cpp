@@ -1,11 +1,13 @@
 // The registry of built-in candidates: each family of bundled kernels contributes its entries.
 #include "normcheck/conformance/candidate.hpp"
+#include "candidates/cpu/cpu_candidates.hpp"
 
 namespace normcheck::conf {
 
 const std::vector<BuiltinEntry>& builtin_candidates() {
   static const std::vector<BuiltinEntry> all = [] {
     std::vector<BuiltinEntry> v;
+    v.insert(v.end(), cpu::cpu_builtins().begin(), cpu::cpu_builtins().end());
     return v;
   }();
   return all;

@@ -53,6 +53,12 @@ class CandidateError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// The candidate declined the case when asked to run it (a subprocess's "decline" reply):
+// UNSUPPORTED with this reason.
+class CandidateDeclined : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 // The candidate did not answer within the time limit (subprocess transports only).
 class CandidateTimeout : public CandidateError {
  public:

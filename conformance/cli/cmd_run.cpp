@@ -1,0 +1,291 @@
+// `normcheck candidates`, `normcheck run`, `normcheck check`: the conformance harness.
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/runner.hpp"
+#include "normcheck/fixtures/error.hpp"
+
+namespace normcheck::cli {
+namespace {
+
+struct RunArgs {
+  std::vector<std::string> candidates;
+  std::string builtins;  // correct | mutants | all
+  std::string fixtures, outputs, json, json_dir;
+  std::vector<std::string> cases;
+  bool isolate = false, force = false, json_list = false, verbose = false, expect_reject = false;
+  double timeout = 0;
+  int threads = 0, max_print = 20;
+};
+
+std::string quote(const std::string& s) {
+  if (s.find_first_of(" \t'\"\\$`*?[]{}()<>|;&!#~") == std::string::npos && !s.empty()) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("normcheck") : p.string();
+}
+
+std::string slug(const std::string& spec) {
+  std::string s;
+  for (char c : spec) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
+  return s;
+}
+
+std::string caps_text(const conf::Capabilities& c) {
+  std::string ops, dts, cts, dirs;
+  for (auto o : c.ops) ops += (ops.empty() ? "" : ",") + std::string(ref::name_of(o));
+  for (auto d : c.dtypes) dts += (dts.empty() ? "" : ",") + std::string(ref::name_of(d));
+  for (auto d : c.compute_dtypes) cts += (cts.empty() ? "" : ",") + std::string(ref::name_of(d));
+  for (auto d : c.directions) dirs += (dirs.empty() ? "" : ",") + std::string(ref::name_of(d));
+  std::string contracts;
+  for (const auto& s : c.contracts) contracts += (contracts.empty() ? "" : ",") + s;
+  return fmt::format("{} | {} | compute {} | {} | contracts {}{}{}{} | {}", ops, dts, cts, dirs, contracts,
+                     c.residual ? " | residual" : "", c.blocks ? " | blocks" : "",
+                     c.general_axes ? " | any axes" : " | last axis", c.device);
+}
+
+int run_list(const RunArgs& a) {
+  const auto& all = conf::builtin_candidates();
+  if (a.json_list) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    for (const auto& e : all) {
+      const auto& c = e.info.caps;
+      nlohmann::ordered_json caps;
+      for (auto o : c.ops) caps["ops"].push_back(ref::name_of(o));
+      for (auto d : c.dtypes) caps["dtypes"].push_back(ref::name_of(d));
+      for (auto d : c.compute_dtypes) caps["compute_dtypes"].push_back(ref::name_of(d));
+      for (auto d : c.directions) caps["directions"].push_back(ref::name_of(d));
+      caps["contracts"] = c.contracts;
+      caps["residual"] = c.residual;
+      caps["blocks"] = c.blocks;
+      caps["general_axes"] = c.general_axes;
+      caps["weight_offset"] = c.weight_offset;
+      caps["device"] = c.device;
+      nlohmann::ordered_json item{{"name", e.info.name},
+                                  {"kind", conf::name_of(e.info.kind)},
+                                  {"description", e.info.description},
+                                  {"capabilities", caps}};
+      if (e.info.kind == conf::CandidateKind::mutant) {
+        item["fault_class"] = e.info.fault_class;
+        item["fault"] = e.info.fault;
+      }
+      j.push_back(std::move(item));
+    }
+    fmt::print("{}\n", j.dump(1));
+    return kExitOk;
+  }
+  for (auto kind : {conf::CandidateKind::correct, conf::CandidateKind::mutant}) {
+    fmt::print("{} candidates:\n", kind == conf::CandidateKind::correct ? "Correct" : "Mutant");
+    for (const auto& e : all) {
+      if (e.info.kind != kind) continue;
+      fmt::print("  {:<34} {}\n", e.info.name, e.info.description);
+      if (kind == conf::CandidateKind::mutant) fmt::print("  {:<34} class {}: {}\n", "", e.info.fault_class, e.info.fault);
+      fmt::print("  {:<34} supports: {}\n", "", caps_text(e.info.caps));
+    }
+  }
+  return kExitOk;
+}
+
+void print_table(const std::vector<conf::CandidateRun>& runs) {
+  using conf::Verdict;
+  const Verdict cols[] = {Verdict::passed, Verdict::failed, Verdict::mistrusted, Verdict::unsupported,
+                          Verdict::crashed, Verdict::timeout, Verdict::missing};
+  std::size_t w = 9;
+  for (const auto& r : runs) w = std::max(w, r.info.name.size());
+  fmt::print("\n{:<{}} {:<8}", "candidate", w, "kind");
+  for (auto v : cols) fmt::print(" {:>11}", conf::name_of(v));
+  fmt::print("  outcome\n");
+  for (const auto& r : runs) {
+    fmt::print("{:<{}} {:<8}", r.info.name, w, conf::name_of(r.info.kind));
+    for (auto v : cols) {
+      const auto it = r.summary.find(v);
+      fmt::print(" {:>11}", it == r.summary.end() ? 0 : it->second);
+    }
+    const bool mutant = r.info.kind == conf::CandidateKind::mutant;
+    const char* outcome = mutant ? (r.rejected() ? "rejected (as it must be)" : "NOT REJECTED")
+                                 : (r.rejected() ? "FAILED" : "conforms");
+    fmt::print("  {}{}\n", outcome, r.error.empty() ? "" : " (run stopped: " + r.error + ")");
+  }
+}
+
+int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool offline) {
+  if (offline && a.outputs.empty()) {
+    fmt::print(stderr, "normcheck check: --outputs is required\n");
+    return kExitBadInput;
+  }
+  conf::SpecOptions so;
+  so.isolate = a.isolate;
+  so.timeout_s = a.timeout;
+  so.self_exe = self_exe();
+  std::vector<std::unique_ptr<conf::Candidate>> cands;
+  std::vector<std::string> specs = a.candidates;
+  if (!a.builtins.empty()) {
+    if (a.builtins != "correct" && a.builtins != "mutants" && a.builtins != "all") {
+      fmt::print(stderr, "normcheck run: --builtins takes correct, mutants or all\n");
+      return kExitBadInput;
+    }
+    for (const auto& e : conf::builtin_candidates()) {
+      const bool mutant = e.info.kind == conf::CandidateKind::mutant;
+      if (a.builtins == "all" || (a.builtins == "mutants") == mutant) specs.push_back(e.info.name);
+    }
+  }
+  if (!offline && specs.empty()) {
+    fmt::print(stderr, "normcheck run: give --candidate SPEC (one or more) or --builtins\n");
+    return kExitBadInput;
+  }
+  if (!a.json.empty() && specs.size() > 1) {
+    fmt::print(stderr, "normcheck run: --json takes one candidate; use --json-dir DIR for {}\n", specs.size());
+    return kExitBadInput;
+  }
+  if (!std::filesystem::exists(a.fixtures)) {
+    fmt::print(stderr, "normcheck: {}: no such fixture file\n", a.fixtures);
+    return kExitBadInput;
+  }
+  // Refuse to overwrite results before spending time on the run.
+  auto json_path = [&](const std::string& spec) {
+    return !a.json.empty() ? a.json : a.json_dir.empty() ? std::string() : a.json_dir + "/" + slug(spec) + ".json";
+  };
+  if (!a.json_dir.empty()) std::filesystem::create_directories(a.json_dir);
+  for (const auto& s : offline ? std::vector<std::string>{"outputs"} : specs) {
+    const auto p = json_path(s);
+    if (!p.empty() && !a.force && std::filesystem::exists(p)) {
+      fmt::print(stderr, "normcheck: {} exists; pass --force to replace it\n", p);
+      return kExitBadInput;
+    }
+  }
+  for (const auto& s : specs) {
+    try {
+      cands.push_back(conf::make_candidate(s, so));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "normcheck: {}\n", e.what());
+      return kExitBadInput;
+    }
+  }
+  std::string command = "normcheck";
+  for (const auto& w : argv_all) command += " " + quote(w);
+  conf::RunOptions opt;
+  opt.fixtures = a.fixtures;
+  opt.outputs = a.outputs;
+  opt.case_globs = a.cases;
+  opt.threads = a.threads;
+  const bool tty = ::isatty(STDERR_FILENO);
+  std::map<std::string, int> printed;
+  opt.on_case = [&](const conf::CandidateRun& run, const conf::CaseResult& r) {
+    const bool show = r.verdict != conf::Verdict::passed && r.verdict != conf::Verdict::unsupported &&
+                      (a.verbose || (conf::is_failure(r.verdict) && run.info.kind != conf::CandidateKind::mutant));
+    if (tty) fmt::print(stderr, "\r\033[K{} {}", run.info.name, r.case_id);
+    if (!show) return;
+    if (tty) fmt::print(stderr, "\r\033[K");
+    int& n = printed[run.info.name];
+    if (++n > a.max_print && !a.verbose) {
+      if (n == a.max_print + 1) fmt::print("[{}] ... more in the results file (--verbose prints all)\n", run.info.name);
+      return;
+    }
+    fmt::print("[{}] {}\n", run.info.name, conf::describe(r));
+    fmt::print("    repro: normcheck run --candidate {} --fixtures {} --cases {}\n", quote(run.info.name),
+               quote(a.fixtures), quote(r.case_id));
+    std::fflush(stdout);
+  };
+  std::vector<conf::CandidateRun> runs;
+  fix::Provenance prov;
+  try {
+    {
+      fix::FixtureReader r(a.fixtures);
+      prov = r.provenance();
+    }
+    if (offline) runs.push_back(conf::check_outputs_file(opt));
+    else runs = conf::run_candidates(cands, opt);
+  } catch (const std::exception& e) {
+    if (tty) fmt::print(stderr, "\r\033[K");
+    fmt::print(stderr, "normcheck: {}\n", e.what());
+    return kExitBadInput;
+  }
+  if (tty) fmt::print(stderr, "\r\033[K");
+  bool bad_input = false;
+  for (const auto& r : runs) {
+    const std::string p = offline ? a.json : json_path(r.info.name);
+    if (!r.error.empty()) {
+      fmt::print(stderr, "normcheck: {}: {}\n", r.info.name, r.error);
+      bad_input = true;
+    }
+    if (p.empty()) continue;
+    conf::ResultsContext ctx;
+    ctx.command = command;
+    ctx.fixtures_path = a.fixtures;
+    ctx.fixtures = prov;
+    const std::string spec = r.info.name;
+    ctx.repro = [&, spec](const std::string& id) {
+      if (offline)
+        return fmt::format("normcheck check --fixtures {} --outputs {} --cases {}", quote(a.fixtures), quote(a.outputs),
+                           quote(id));
+      return fmt::format("normcheck run --candidate {} --fixtures {} --cases {}", quote(spec), quote(a.fixtures),
+                         quote(id));
+    };
+    try {
+      conf::write_text_file(p, conf::results_json(r, ctx), a.force);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "normcheck: {}\n", e.what());
+      return kExitBadInput;
+    }
+  }
+  print_table(runs);
+  if (bad_input) return kExitBadInput;
+  bool fail = false;
+  for (const auto& r : runs) {
+    if (a.expect_reject) fail |= !r.rejected();
+    else fail |= r.rejected();
+  }
+  return fail ? kExitFailed : kExitOk;
+}
+
+}  // namespace
+
+Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
+  auto a = std::make_shared<RunArgs>();
+  auto* list = app.add_subcommand("candidates", "List the built-in candidates: correct kernels and mutants");
+  list->add_flag("--json", a->json_list, "Print the list as JSON");
+
+  auto add_common = [&](CLI::App* cmd) {
+    cmd->add_option("--fixtures", a->fixtures, "Fixture file (HDF5, normcheck-fixtures v1)")->required();
+    cmd->add_option("--cases", a->cases, "Only cases whose id matches this glob (repeatable)");
+    cmd->add_option("--json", a->json, "Write the results file (normcheck-results v1) here");
+    cmd->add_flag("--force", a->force, "Replace existing results files");
+    cmd->add_flag("--verbose", a->verbose, "Print every case that did not pass, mutants included");
+    cmd->add_option("--max-print", a->max_print, "Failing cases printed per candidate (default 20)");
+  };
+  auto* run = app.add_subcommand("run", "Run candidates over a fixture file and check their outputs");
+  add_common(run);
+  run->add_option("--candidate", a->candidates, "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...' (repeatable)");
+  run->add_option("--builtins", a->builtins, "Also run the built-in candidates: correct, mutants or all");
+  run->add_option("--json-dir", a->json_dir, "Write one results file per candidate into this directory");
+  run->add_flag("--isolate", a->isolate, "Run plugins and builtins in a child process: crashes and hangs become "
+                                          "CRASHED / TIMEOUT for that case");
+  run->add_option("--timeout", a->timeout, "Seconds allowed per case for subprocess candidates (0: none)");
+  run->add_option("--threads", a->threads, "Candidates run concurrently (default: all cores)");
+  run->add_flag("--expect-reject", a->expect_reject,
+                "Exit 0 only if every candidate is rejected (the mutation test of the suite)");
+  auto* check = app.add_subcommand("check", "Check an outputs file written by any program against the fixtures");
+  add_common(check);
+  check->add_option("--outputs", a->outputs, "Outputs file (fixtures/SCHEMA.md, \"Outputs files\")")->required();
+  return [a, list, run, check, &argv_all]() {
+    if (list->parsed()) return run_list(*a);
+    if (run->parsed()) return run_run(*a, argv_all, false);
+    if (check->parsed()) return run_run(*a, argv_all, true);
+    return kExitBadInput;
+  };
+}
+
+}  // namespace normcheck::cli

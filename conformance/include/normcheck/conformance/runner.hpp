@@ -1,0 +1,71 @@
+// The runner: feeds the cases of a fixture file to candidates, checks their outputs, and
+// collects verdicts; and the results file, format "normcheck-results" v1 (reports/RESULTS.md).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/checker.hpp"
+#include "normcheck/fixtures/hdf5_io.hpp"
+
+namespace normcheck::conf {
+
+inline constexpr const char* kResultsFormat = "normcheck-results";
+inline constexpr int kResultsFormatVersion = 1;
+
+// All results of one candidate over one fixture file.
+struct CandidateRun {
+  CandidateInfo info;
+  std::vector<CaseResult> cases;
+  std::map<Verdict, std::int64_t> summary;
+  std::string error;  // set when the run stopped early (bad fixture file ...): results so far are kept
+  double seconds = 0;
+  // Rejected: at least one FAILED / MISSING / CRASHED / TIMEOUT (what a mutant must be).
+  bool rejected() const;
+};
+
+struct RunOptions {
+  std::string fixtures;                 // path of the fixture file
+  std::vector<std::string> case_globs;  // fnmatch patterns on case ids; empty: every case
+  std::string outputs;                  // `check`: an outputs file instead of candidates
+  int threads = 0;                      // candidates run concurrently (0: hardware threads)
+  // Called after each checked case (from one thread at a time).
+  std::function<void(const CandidateRun&, const CaseResult&)> on_case;
+  // Journal: one JSON line per checked case is appended here (flushed), so that results are
+  // kept even if an in-process plugin kills the process. Empty: none.
+  std::string journal;
+};
+
+// Runs every candidate over the fixture cases. A candidate's failure on a case (exception,
+// crash, timeout) becomes that case's verdict; the run goes on. A fixture file that cannot be
+// read throws fix::FixtureError before anything runs; one that breaks mid-way stops the run with
+// `error` set in each CandidateRun.
+std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>& candidates,
+                                         const RunOptions& opt);
+
+// `check`: checks an outputs file (fixtures/SCHEMA.md, "Outputs files") against the fixtures.
+// Throws fix::FixtureError when the outputs file does not match the fixtures (a case or an
+// output that the fixtures do not have).
+CandidateRun check_outputs_file(const RunOptions& opt);
+
+// The results file of one run. `command` is the command line; `repro` makes the one-line
+// command that reruns one case (case id -> command).
+struct ResultsContext {
+  std::string command;
+  std::string fixtures_path;
+  fix::Provenance fixtures;
+  std::function<std::string(const std::string&)> repro;
+};
+std::string results_json(const CandidateRun& run, const ResultsContext& ctx);
+// Writes atomically (temporary file + rename); refuses to replace an existing file unless
+// `overwrite`. Throws std::runtime_error.
+void write_text_file(const std::string& path, const std::string& text, bool overwrite);
+
+// One-line description of a case result for people ("FAILED  ln_... y: 3 of 4096 elements ...").
+std::string describe(const CaseResult& r);
+
+}  // namespace normcheck::conf

@@ -1,0 +1,305 @@
+#include "normcheck/conformance/runner.hpp"
+
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "normcheck/fixtures/error.hpp"
+#include "normcheck/version.hpp"
+
+namespace normcheck::conf {
+
+bool CandidateRun::rejected() const {
+  for (const auto& [v, n] : summary)
+    if (n > 0 && is_failure(v)) return true;
+  return false;
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+bool selected(const std::string& id, const std::vector<std::string>& globs) {
+  if (globs.empty()) return true;
+  for (const auto& g : globs)
+    if (::fnmatch(g.c_str(), id.c_str(), 0) == 0) return true;
+  return false;
+}
+
+// A JSON number, or a string for values JSON cannot hold.
+Json number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+Json value_json(double v, ref::DType t) {
+  return Json{{"decimal", ref::decimal_text(v, t)}, {"hex", ref::hex_text(v)}};
+}
+
+Json case_json(const CaseResult& r, const std::function<std::string(const std::string&)>& repro) {
+  Json j;
+  j["case_id"] = r.case_id;
+  j["verdict"] = name_of(r.verdict);
+  if (!r.message.empty()) j["message"] = r.message;
+  j["seconds"] = r.seconds;
+  Json outs = Json::array();
+  for (const auto& o : r.outputs) {
+    Json jo;
+    jo["name"] = o.name;
+    jo["verdict"] = name_of(o.verdict);
+    if (!o.reason.empty()) jo["reason"] = o.reason;
+    jo["dtype"] = ref::name_of(o.dtype);
+    jo["elements"] = o.elements;
+    jo["failed"] = o.failed;
+    jo["mistrusted"] = o.mistrusted;
+    jo["uncertified"] = o.uncertified;
+    jo["max_ulp"] = number(o.max_ulp);
+    jo["max_abs"] = number(o.max_abs);
+    jo["max_rel"] = number(o.max_rel);
+    jo["max_ratio"] = number(o.max_ratio);
+    if (o.worst_index >= 0) {
+      jo["worst"] = Json{{"index", o.worst_index},
+                         {"coords", o.worst_coords},
+                         {"got", value_json(o.worst_got, o.dtype)},
+                         {"expected", value_json(o.worst_expected, o.dtype)},
+                         {"exact", value_json(o.worst_exact, ref::DType::float64)},
+                         {"allowance", number(o.worst_allowance)}};
+    }
+    outs.push_back(std::move(jo));
+  }
+  j["outputs"] = std::move(outs);
+  if ((is_failure(r.verdict) || r.verdict == Verdict::mistrusted) && repro) j["repro"] = repro(r.case_id);
+  return j;
+}
+
+void tally(CandidateRun& run, const CaseResult& r) {
+  ++run.summary[r.verdict];
+  run.cases.push_back(r);
+}
+
+}  // namespace
+
+std::string describe(const CaseResult& r) {
+  std::string s = fmt::format("{:<11} {}", name_of(r.verdict), r.case_id);
+  if (!r.message.empty()) s += ": " + r.message;
+  for (const auto& o : r.outputs) {
+    if (o.verdict == Verdict::passed) continue;
+    s += fmt::format("\n    {} {}: {}", o.name, name_of(o.verdict), o.reason);
+    if (o.verdict == Verdict::failed && o.worst_index >= 0) {
+      s += fmt::format(
+          "\n      worst at [{}] (flat {}): got {} ({}), expected {} ({}), exact {}; error {:.3g} ulp = {:.3g} x "
+          "the allowance {:.3g}",
+          fmt::join(o.worst_coords, ", "), o.worst_index, ref::decimal_text(o.worst_got, o.dtype),
+          ref::hex_text(o.worst_got), ref::decimal_text(o.worst_expected, o.dtype), ref::hex_text(o.worst_expected),
+          ref::hex_text(o.worst_exact), o.max_ulp, o.max_ratio, o.worst_allowance);
+    }
+  }
+  return s;
+}
+
+std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>& candidates,
+                                         const RunOptions& opt) {
+  fix::FixtureReader reader(opt.fixtures);
+  std::vector<CandidateRun> runs(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) runs[i].info = candidates[i]->info();
+  std::vector<std::string> ids;
+  for (const auto& id : reader.case_ids())
+    if (selected(id, opt.case_globs)) ids.push_back(id);
+
+  std::FILE* journal = nullptr;
+  if (!opt.journal.empty()) {
+    journal = std::fopen(opt.journal.c_str(), "a");
+    if (!journal) throw std::runtime_error(fmt::format("{}: cannot open the journal for writing", opt.journal));
+  }
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t threads =
+      std::min<std::size_t>(candidates.size(), opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : hw);
+  std::mutex report;
+  const auto t_start = std::chrono::steady_clock::now();
+  for (const auto& id : ids) {
+    fix::FixtureCase fc;
+    std::map<std::string, OutputAllowance> allow;
+    try {
+      fc = reader.read_case(id);
+      allow = derive_allowances(fc.c);
+    } catch (const std::exception& e) {
+      for (auto& r : runs) r.error = fmt::format("stopped at case {}: {}", id, e.what());
+      break;
+    }
+    auto work = [&](std::size_t first) {
+      for (std::size_t i = first; i < candidates.size(); i += threads) {
+        CaseResult res;
+        res.case_id = id;
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          if (auto why = candidates[i]->declines(fc.c)) {
+            res.verdict = Verdict::unsupported;
+            res.message = *why;
+          } else {
+            const Outputs got = candidates[i]->run(fc.c);
+            res = check_case(fc, got, allow);
+          }
+        } catch (const CandidateDeclined& e) {
+          res.verdict = Verdict::unsupported;
+          res.message = e.what();
+        } catch (const CandidateTimeout& e) {
+          res.verdict = Verdict::timeout;
+          res.message = e.what();
+        } catch (const std::exception& e) {
+          res.verdict = Verdict::crashed;
+          res.message = e.what();
+        }
+        res.case_id = id;
+        res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard lock(report);
+        tally(runs[i], res);
+        if (journal) {
+          Json line = case_json(res, nullptr);
+          line["candidate"] = runs[i].info.name;
+          std::fputs((line.dump() + "\n").c_str(), journal);
+          std::fflush(journal);
+        }
+        if (opt.on_case) opt.on_case(runs[i], res);
+      }
+    };
+    if (threads <= 1) {
+      work(0);
+    } else {
+      std::vector<std::future<void>> futures;
+      for (std::size_t t = 0; t < threads; ++t) futures.push_back(std::async(std::launch::async, work, t));
+      for (auto& f : futures) f.get();
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  for (auto& r : runs) r.seconds = secs;
+  if (journal) std::fclose(journal);
+  return runs;
+}
+
+CandidateRun check_outputs_file(const RunOptions& opt) {
+  fix::FixtureReader fixtures(opt.fixtures);
+  fix::FixtureReader outputs(opt.outputs, fix::FixtureReader::Kind::outputs);
+  CandidateRun run;
+  run.info.name = "outputs:" + opt.outputs;
+  run.info.description = "outputs file " + opt.outputs;
+  const auto& fids = fixtures.case_ids();
+  for (const auto& id : outputs.case_ids())
+    if (!std::binary_search(fids.begin(), fids.end(), id))
+      throw fix::FixtureError(opt.outputs, fmt::format("case {} is not in the fixture file {}", id, opt.fixtures));
+  const auto& oids = outputs.case_ids();
+  const auto t_start = std::chrono::steady_clock::now();
+  for (const auto& id : fids) {
+    if (!selected(id, opt.case_globs)) continue;
+    fix::FixtureCase fc;
+    try {
+      fc = fixtures.read_case(id);
+    } catch (const std::exception& e) {
+      run.error = fmt::format("stopped at case {}: {}", id, e.what());
+      break;
+    }
+    Outputs got;
+    if (std::binary_search(oids.begin(), oids.end(), id)) {
+      fix::FixtureCase oc = outputs.read_case(id);
+      for (auto& [name, o] : oc.expected) {
+        if (!fc.expected.count(name))
+          throw fix::FixtureError(opt.outputs,
+                                  fmt::format("case {}: output {} is not an output of this case", id, name));
+        got.emplace(name, std::move(o.value));
+      }
+    }
+    CaseResult res;
+    if (got.empty()) {
+      res.case_id = id;
+      res.verdict = Verdict::missing;
+      res.message = "the outputs file has no outputs for this case";
+      for (const auto& [name, e] : fc.expected) {
+        OutputResult o;
+        o.name = name;
+        o.dtype = e.value.dtype;
+        o.verdict = Verdict::missing;
+        o.reason = "not in the outputs file";
+        res.outputs.push_back(o);
+      }
+    } else {
+      res = check_case(fc, got, derive_allowances(fc.c));
+    }
+    tally(run, res);
+    if (opt.on_case) opt.on_case(run, res);
+  }
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  return run;
+}
+
+std::string results_json(const CandidateRun& run, const ResultsContext& ctx) {
+  Json j;
+  j["format"] = kResultsFormat;
+  j["format_version"] = kResultsFormatVersion;
+  j["generator"] = "normcheck";
+  j["generator_version"] = kVersion;
+  j["command"] = ctx.command;
+  j["fixtures"] = Json{{"path", ctx.fixtures_path},
+                       {"tier", ctx.fixtures.tier},
+                       {"seed", ctx.fixtures.seed},
+                       {"generator_version", ctx.fixtures.generator_version},
+                       {"command", ctx.fixtures.command}};
+  const auto& in = run.info;
+  Json cand{{"spec", in.name}, {"kind", name_of(in.kind)}, {"description", in.description}, {"device", in.caps.device}};
+  if (in.kind == CandidateKind::mutant) {
+    cand["fault_class"] = in.fault_class;
+    cand["fault"] = in.fault;
+  }
+  j["candidate"] = std::move(cand);
+  Json cases = Json::array();
+  for (const auto& c : run.cases) cases.push_back(case_json(c, ctx.repro));
+  j["cases"] = std::move(cases);
+  Json summary;
+  for (Verdict v : {Verdict::passed, Verdict::failed, Verdict::unsupported, Verdict::mistrusted, Verdict::crashed,
+                    Verdict::timeout, Verdict::missing}) {
+    const auto it = run.summary.find(v);
+    summary[std::string(name_of(v))] = it == run.summary.end() ? 0 : it->second;
+  }
+  j["summary"] = std::move(summary);
+  j["seconds"] = run.seconds;
+  if (!run.error.empty()) j["error"] = run.error;
+  return j.dump(1) + "\n";
+}
+
+void write_text_file(const std::string& path, const std::string& text, bool overwrite) {
+  namespace fs = std::filesystem;
+  if (!overwrite && fs::exists(path))
+    throw std::runtime_error(fmt::format("{} exists; pass --force to replace it", path));
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error(fmt::format("{}: cannot open for writing", tmp));
+    f << text;
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error(fmt::format("{}: write failed", tmp));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw std::runtime_error(fmt::format("{}: cannot rename into place", path));
+  }
+}
+
+}  // namespace normcheck::conf

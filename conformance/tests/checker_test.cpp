@@ -1,0 +1,270 @@
+// The harness tests itself: the checker on planted errors of known size, NaN mismatches,
+// missing and malformed outputs; the tolerance model against its derivation (TOLERANCE.md) and
+// against independent float32 kernels written here: correct ones must pass on the hard rows,
+// a one-pass variance must fail where TOLERANCE.md says it fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "normcheck/conformance/checker.hpp"
+#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/reference/evaluate.hpp"
+
+namespace normcheck::conf {
+namespace {
+
+using ref::DType;
+
+ref::Case ln_case(std::int64_t rows, std::int64_t cols, std::vector<double> x, DType dt = DType::float32) {
+  ref::Case c;
+  c.op = ref::Op::layernorm;
+  c.affine = ref::Affine::none;
+  c.dtype_x = c.dtype_param = c.dtype_out = c.dtype_residual = dt;
+  c.dtype_compute = DType::float32;
+  c.inputs["x"] = ref::Tensor{dt, {rows, cols}, std::move(x)};
+  return c;
+}
+
+std::vector<double> normal(std::mt19937_64& rng, std::size_t n, double mean, double sd, DType t) {
+  std::normal_distribution<double> dist(mean, sd);
+  std::vector<double> v(n);
+  for (auto& x : v) x = ref::round_to(dist(rng), t);
+  return v;
+}
+
+fix::FixtureCase fixture_of(const ref::Case& c) {
+  fix::FixtureCase fc;
+  fc.id = "t";
+  fc.c = c;
+  fc.expected = ref::evaluate(c).outputs;
+  return fc;
+}
+
+// The correctly rounded outputs: what a perfect candidate returns.
+Outputs perfect(const fix::FixtureCase& fc) {
+  Outputs o;
+  for (const auto& [name, out] : fc.expected) o[name] = out.value;
+  return o;
+}
+
+const OutputResult& output(const CaseResult& r, const std::string& name) {
+  for (const auto& o : r.outputs)
+    if (o.name == name) return o;
+  throw std::runtime_error("no output " + name);
+}
+
+TEST(Checker, PerfectOutputsPass) {
+  std::mt19937_64 rng(1);
+  const auto c = ln_case(4, 64, normal(rng, 256, 0, 1, DType::float32));
+  const auto fc = fixture_of(c);
+  const auto r = check_case(fc, perfect(fc), derive_allowances(c));
+  EXPECT_EQ(r.verdict, Verdict::passed);
+  for (const auto& o : r.outputs) EXPECT_LE(o.max_ulp, 0.5) << o.name;
+}
+
+// An error planted just inside and just outside the allowance of one element.
+TEST(Checker, PlantedErrorsOfKnownSize) {
+  std::mt19937_64 rng(2);
+  const auto c = ln_case(4, 64, normal(rng, 256, 0, 1, DType::float64), DType::float64);
+  const auto fc = fixture_of(c);
+  const auto allow = derive_allowances(c);
+  const std::size_t k = 3 * 64 + 17;  // row 3, column 17
+  const double exact = fc.expected.at("y").f64[k], a = allow.at("y").abs[k];
+  ASSERT_GT(a, 0);
+  for (const double f : {0.9, 1.1}) {
+    Outputs got = perfect(fc);
+    got["y"].data[k] = exact + f * a;  // float64 output: representable to far below a
+    const auto r = check_case(fc, got, allow);
+    const auto& y = output(r, "y");
+    if (f < 1) {
+      EXPECT_EQ(y.verdict, Verdict::passed);
+      EXPECT_NEAR(y.max_ratio, 0.9, 1e-6);
+    } else {
+      EXPECT_EQ(r.verdict, Verdict::failed);
+      EXPECT_EQ(y.failed, 1);
+      EXPECT_EQ(y.worst_index, static_cast<std::int64_t>(k));
+      EXPECT_EQ(y.worst_coords, (std::vector<std::int64_t>{3, 17}));
+      EXPECT_NEAR(y.max_ratio, 1.1, 1e-6);
+      EXPECT_NEAR(y.max_abs, 1.1 * a, 1e-9 * a);
+    }
+  }
+}
+
+TEST(Checker, NanMismatchesFailBothWays) {
+  auto c = ln_case(2, 4, {1, 2, 3, 4, NAN, 1, 2, 3});
+  const auto fc = fixture_of(c);
+  const auto allow = derive_allowances(c);
+  ASSERT_TRUE(std::isnan(fc.expected.at("y").value.data[5]));
+  EXPECT_EQ(check_case(fc, perfect(fc), allow).verdict, Verdict::passed);  // NaN == NaN
+  Outputs got = perfect(fc);
+  got["y"].data[5] = 0;  // a number where the row must be NaN
+  EXPECT_EQ(output(check_case(fc, got, allow), "y").failed, 1);
+  got = perfect(fc);
+  got["y"].data[1] = NAN;  // NaN leaking into a finite row
+  const auto r = check_case(fc, got, allow);
+  EXPECT_EQ(output(r, "y").failed, 1);
+  EXPECT_EQ(output(r, "y").worst_index, 1);
+}
+
+TEST(Checker, MissingWrongShapeWrongDtype) {
+  std::mt19937_64 rng(3);
+  const auto c = ln_case(2, 8, normal(rng, 16, 0, 1, DType::float32));
+  const auto fc = fixture_of(c);
+  const auto allow = derive_allowances(c);
+  Outputs got = perfect(fc);
+  got.erase("rstd");
+  auto r = check_case(fc, got, allow);
+  EXPECT_EQ(r.verdict, Verdict::missing);
+  EXPECT_EQ(output(r, "rstd").verdict, Verdict::missing);
+  got = perfect(fc);
+  got["y"].shape = {16};
+  r = check_case(fc, got, allow);
+  EXPECT_EQ(r.verdict, Verdict::failed);
+  EXPECT_NE(output(r, "y").reason.find("shape [16]"), std::string::npos);
+  got = perfect(fc);
+  got["mean"].dtype = DType::float16;
+  EXPECT_NE(output(check_case(fc, got, allow), "mean").reason.find("dtype float16"), std::string::npos);
+}
+
+// The table against its derivation: the mean of a row of n = 4 values 1, 2, 3, 4 in float32
+// compute: e_mean = gam(5) A + 4 eta (TOLERANCE.md 3.2), plus half an ulp of the fp32 output.
+TEST(Tolerance, MeanBoundIsTheDerivedFormula) {
+  const auto c = ln_case(1, 4, {1, 2, 3, 4});
+  const auto allow = derive_allowances(c);
+  const double u = std::ldexp(1.0, -24), eta = std::ldexp(1.0, -150);
+  const double e_mean = 5 * u / (1 - 5 * u) * 2.5 + 4 * eta;
+  const double expected = e_mean + 0.5 * std::ldexp(1.0, 1 - 23);  // ulp of 2.5 in fp32 is 2^-22
+  EXPECT_DOUBLE_EQ(allow.at("mean").abs[0], expected);
+  EXPECT_EQ(ulp_of(2.5, DType::float32), std::ldexp(1.0, -22));
+  EXPECT_EQ(ulp_of(0, DType::float16), std::ldexp(1.0, -24));
+  EXPECT_EQ(ulp_of(65504, DType::float16), 32);
+}
+
+// Rows too ill-conditioned for fp32 (mean 1e4, sigma 1e-3 over 4096 values: a correct kernel's
+// x-hat may be off by more than half a standard deviation) make y MISTRUSTED with a reason;
+// mean stays checked.
+TEST(Tolerance, IllConditionedRowsAreMistrusted) {
+  std::mt19937_64 rng(4);
+  const auto c = ln_case(2, 4096, normal(rng, 8192, 1e4, 1e-3, DType::float32));
+  const auto fc = fixture_of(c);
+  const auto r = check_case(fc, perfect(fc), derive_allowances(c));
+  EXPECT_EQ(output(r, "y").verdict, Verdict::mistrusted);
+  EXPECT_NE(output(r, "y").reason.find("too ill-conditioned for float32"), std::string::npos);
+  EXPECT_EQ(output(r, "mean").verdict, Verdict::passed);
+  EXPECT_EQ(r.verdict, Verdict::mistrusted);
+}
+
+// Independent float32 kernels (forward LayerNorm, no affine), to test the model both ways.
+enum class Algo { sequential_two_pass, welford, pairwise, one_pass };
+
+float pairwise_sum(const float* v, std::size_t n) {
+  if (n <= 8) {
+    float s = 0;
+    for (std::size_t i = 0; i < n; ++i) s += v[i];
+    return s;
+  }
+  return pairwise_sum(v, n / 2) + pairwise_sum(v + n / 2, n - n / 2);
+}
+
+Outputs fp32_layernorm(const ref::Case& c, Algo algo) {
+  const auto& x = c.inputs.at("x");
+  const std::int64_t rows = x.shape[0], n = x.shape[1];
+  Outputs o;
+  o["y"] = ref::Tensor{DType::float32, x.shape, std::vector<double>(x.data.size())};
+  o["mean"] = ref::Tensor{DType::float32, {rows, 1}, std::vector<double>(rows)};
+  o["rstd"] = ref::Tensor{DType::float32, {rows, 1}, std::vector<double>(rows)};
+  const float eps = static_cast<float>(c.epsilon);
+  std::vector<float> h(n), d(n);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < n; ++j) h[j] = static_cast<float>(x.data[r * n + j]);
+    float mean = 0, var = 0;
+    const float nf = static_cast<float>(n);
+    switch (algo) {
+      case Algo::sequential_two_pass: {
+        for (float v : h) mean += v;
+        mean /= nf;
+        for (float v : h) var += (v - mean) * (v - mean);
+        var /= nf;
+        break;
+      }
+      case Algo::pairwise: {
+        mean = pairwise_sum(h.data(), h.size()) / nf;
+        for (std::int64_t j = 0; j < n; ++j) d[j] = (h[j] - mean) * (h[j] - mean);
+        var = pairwise_sum(d.data(), d.size()) / nf;
+        break;
+      }
+      case Algo::welford: {
+        float m2 = 0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float delta = h[j] - mean;
+          mean += delta / static_cast<float>(j + 1);
+          m2 += delta * (h[j] - mean);
+        }
+        var = m2 / nf;
+        break;
+      }
+      case Algo::one_pass: {
+        float s = 0, s2 = 0;
+        for (float v : h) {
+          s += v;
+          s2 += v * v;
+        }
+        mean = s / nf;
+        var = s2 / nf - mean * mean;
+        break;
+      }
+    }
+    const float rstd = 1.0f / std::sqrt(var + eps);
+    o["mean"].data[r] = mean;
+    o["rstd"].data[r] = rstd;
+    for (std::int64_t j = 0; j < n; ++j) o["y"].data[r * n + j] = (h[j] - mean) * rstd;
+  }
+  return o;
+}
+
+// Rows that stress the bound: constant rows (sequential sums of 0.1f drift), sorted rows
+// (Welford's running mean far from the mean), large means at the edge of what fp32 can resolve,
+// and ordinary rows; n up to 4096.
+std::vector<ref::Case> hard_cases() {
+  std::mt19937_64 rng(5);
+  std::vector<ref::Case> cases;
+  for (std::int64_t n : {17, 256, 4096}) {
+    cases.push_back(ln_case(1, n, std::vector<double>(n, ref::round_to(0.1, DType::float32))));
+    auto sorted = normal(rng, n, 3, 1, DType::float32);
+    std::sort(sorted.begin(), sorted.end());
+    cases.push_back(ln_case(1, n, sorted));
+    for (double mean : {0.0, 10.0, 100.0, 1000.0}) cases.push_back(ln_case(2, n, normal(rng, 2 * n, mean, 1, DType::float32)));
+  }
+  for (auto& c : cases) c.epsilon = 1e-5;
+  return cases;
+}
+
+TEST(Tolerance, CorrectFloat32KernelsNeverFail) {
+  for (const auto& c : hard_cases()) {
+    const auto fc = fixture_of(c);
+    const auto allow = derive_allowances(c);
+    for (Algo a : {Algo::sequential_two_pass, Algo::welford, Algo::pairwise}) {
+      const auto r = check_case(fc, fp32_layernorm(c, a), allow);
+      EXPECT_FALSE(is_failure(r.verdict)) << "algorithm " << static_cast<int>(a) << " n "
+                                          << c.inputs.at("x").shape[1] << ": " << r.outputs[0].reason;
+      for (const auto& o : r.outputs) EXPECT_LE(o.max_ratio, 1.0) << o.name;
+    }
+  }
+}
+
+// TOLERANCE.md, "What it catches": at mean 1000 and sigma 1 over 256 values the one-pass
+// variance loses about u * kappa^2 = 0.06 of the variance, above the allowance of a correct kernel.
+TEST(Tolerance, OnePassVarianceFailsOnLargeMeanRows) {
+  std::mt19937_64 rng(6);
+  const auto c = ln_case(8, 256, normal(rng, 8 * 256, 1000, 1, DType::float32));
+  const auto fc = fixture_of(c);
+  const auto r = check_case(fc, fp32_layernorm(c, Algo::one_pass), derive_allowances(c));
+  EXPECT_EQ(r.verdict, Verdict::failed);
+  EXPECT_EQ(output(r, "rstd").verdict, Verdict::failed);
+}
+
+}  // namespace
+}  // namespace normcheck::conf
