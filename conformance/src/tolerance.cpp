@@ -291,7 +291,146 @@ class Model {
     return out;
   }
 
+  // Section 7: a block of L layers, forward. Each row (a position) is propagated through the
+  // layers as values with error bounds; the FFN's products and the activation add theirs.
+  std::map<std::string, OutputAllowance> derive_block_forward() {
+    const std::int64_t R = g_.rows, D = g_.cols;
+    const std::int64_t L = c_.layers, K = c_.block == ref::Block::sandwich ? 2 : 1;
+    const auto& w1 = c_.inputs.at("ffn_w1");
+    const auto& b1 = c_.inputs.at("ffn_b1");
+    const auto& w2 = c_.inputs.at("ffn_w2");
+    const auto& b2 = c_.inputs.at("ffn_b2");
+    const std::int64_t F = b1.shape.back();
+    std::map<std::string, OutputAllowance> out;
+    auto& y = out["y"];
+    y.abs.assign(static_cast<std::size_t>(R * D), 0.0);
+    y.nan_ok.assign(static_cast<std::size_t>(R * D), 0);
+    std::int64_t untrusted_rows = 0;
+    RowModel m, worst;
+    bool have_worst = false;
+    std::vector<double> v(D), e_v(D), mag(D), nv(D), e_nv(D), a(F), e_a(F), f(D), e_f(D), fmag(D);
+    // Norm k of layer l applied to (in, e_in) -> (o, e_o); false when the row is untrusted.
+    auto norm = [&](std::int64_t l, std::int64_t k, const std::vector<double>& in, const std::vector<double>& e_in,
+                    std::vector<double>& o, std::vector<double>& e_o) {
+      m.h = in;
+      m.finite = true;
+      stats(m, e_in);
+      if (!m.trusted && (!have_worst || m.max_e_xhat > worst.max_e_xhat)) {
+        worst = m;
+        have_worst = true;
+      }
+      const std::int64_t p = (l * K + k) * D;
+      for (std::int64_t j = 0; j < D; ++j) {
+        const double w = w_ ? w_->data[static_cast<std::size_t>(p + j)] : 0.0;
+        const double scale = w_ ? c_.weight_offset + w : 1.0;
+        const double e_sc = w_ ? cp_.conv(w) + (c_.weight_offset != 0 ? cp_.u * std::fabs(scale) : 0.0) : 0.0;
+        const double bias = b_ ? b_->data[static_cast<std::size_t>(p + j)] : 0.0;
+        const double mul = m.xhat[j] * scale;
+        o[j] = mul + bias;
+        e_o[j] = std::fabs(scale) * m.e_xhat[j] + std::fabs(m.xhat[j]) * e_sc + m.e_xhat[j] * e_sc +
+                 (w_ ? cp_.u * std::fabs(mul) : 0.0) + (b_ ? cp_.conv(bias) + cp_.u * std::fabs(o[j]) + cp_.eta : 0.0);
+      }
+      return m.trusted;
+    };
+    // F(in) = W2 act(W1 in + b1) + b2 of layer l, with error bounds (7.2).
+    auto ffn = [&](std::int64_t l, const std::vector<double>& in, const std::vector<double>& e_in) {
+      for (std::int64_t i = 0; i < F; ++i) {
+        double acc = b1.data[static_cast<std::size_t>(l * F + i)], abs_sum = std::fabs(acc), err = cp_.conv(acc);
+        const double* row = &w1.data[static_cast<std::size_t>((l * F + i) * D)];
+        for (std::int64_t j = 0; j < D; ++j) {
+          acc += row[j] * in[j];
+          abs_sum += std::fabs(row[j] * in[j]);
+          err += std::fabs(row[j]) * e_in[j] + cp_.conv(row[j]) * (std::fabs(in[j]) + e_in[j]);
+        }
+        err += cp_.gam(static_cast<double>(D + 1)) * abs_sum + static_cast<double>(D + 1) * cp_.eta;
+        if (c_.activation == ref::Activation::relu) {
+          a[i] = std::max(acc, 0.0);
+          e_a[i] = err;  // relu is 1-Lipschitz and exact
+        } else {
+          a[i] = 0.5 * acc * (1 + std::erf(acc / std::sqrt(2.0)));
+          // GELU is 1.13-Lipschitz (max of its derivative, at u = 2^0.5); its evaluation (erf to
+          // a few ulp, three roundings) within kGeluEval u |u|.
+          e_a[i] = 1.13 * err + kGeluEval * cp_.u * std::fabs(acc) + cp_.eta;
+        }
+      }
+      for (std::int64_t j = 0; j < D; ++j) {
+        double acc = b2.data[static_cast<std::size_t>(l * D + j)], abs_sum = std::fabs(acc), err = cp_.conv(acc);
+        const double* row = &w2.data[static_cast<std::size_t>((l * D + j) * F)];
+        for (std::int64_t i = 0; i < F; ++i) {
+          acc += row[i] * a[i];
+          abs_sum += std::fabs(row[i] * a[i]);
+          err += std::fabs(row[i]) * e_a[i] + cp_.conv(row[i]) * (std::fabs(a[i]) + e_a[i]);
+        }
+        f[j] = acc;
+        e_f[j] = err + cp_.gam(static_cast<double>(F + 1)) * abs_sum + static_cast<double>(F + 1) * cp_.eta;
+        fmag[j] = abs_sum;
+      }
+    };
+    for (std::int64_t row = 0; row < R; ++row) {
+      const std::int64_t base = g_.row_base[row];
+      for (std::int64_t j = 0; j < D; ++j) {
+        v[j] = x_->data[static_cast<std::size_t>(base + j)];
+        e_v[j] = cp_.conv(v[j]);
+      }
+      bool trusted = true;
+      for (std::int64_t l = 0; l < L && trusted; ++l) {
+        switch (c_.block) {
+          case ref::Block::post:
+          case ref::Block::deepnorm: {
+            ffn(l, v, e_v);
+            const double al = c_.block == ref::Block::deepnorm ? c_.alpha : 1.0;
+            for (std::int64_t j = 0; j < D; ++j) {
+              const double sum = al * v[j] + f[j];
+              e_f[j] = std::fabs(al) * e_v[j] + e_f[j] + (al != 1 ? 2 : 1) * cp_.u * (std::fabs(al * v[j]) + std::fabs(f[j]));
+              f[j] = sum;
+            }
+            trusted = norm(l, 0, f, e_f, v, e_v);
+            break;
+          }
+          case ref::Block::pre:
+          case ref::Block::sandwich: {
+            trusted = norm(l, 0, v, e_v, nv, e_nv);
+            ffn(l, nv, e_nv);
+            if (c_.block == ref::Block::sandwich) {
+              trusted = norm(l, 1, f, e_f, nv, e_nv) && trusted;
+              f.swap(nv);
+              e_f.swap(e_nv);
+            }
+            for (std::int64_t j = 0; j < D; ++j) {
+              const double sum = v[j] + f[j];
+              e_v[j] = e_v[j] + e_f[j] + cp_.u * std::fabs(sum);
+              v[j] = sum;
+            }
+            break;
+          }
+          case ref::Block::none: break;
+        }
+        if (l + 1 < L) {
+          // Stored activations are rounded to dtype_x (reference/README.md, blocks); our own
+          // binary64 evaluation has done O(D + F) operations per value.
+          for (std::int64_t j = 0; j < D; ++j) {
+            e_v[j] = through_rounding(v[j], e_v[j], slack_of(std::fabs(v[j]) + fmag[j] + 1, static_cast<double>(4 * (D + F))),
+                                      c_.dtype_x);
+            v[j] = ref::round_to(v[j], c_.dtype_x);
+          }
+        }
+      }
+      if (!trusted) ++untrusted_rows;
+      for (std::int64_t j = 0; j < D; ++j)
+        y.abs[static_cast<std::size_t>(base + j)] = trusted ? final_allowance(v[j], e_v[j], c_.dtype_out) : kNaN;
+    }
+    y.mistrusted = std::count_if(y.abs.begin(), y.abs.end(), [](double e) { return std::isnan(e); });
+    if (y.mistrusted > 0 && have_worst)
+      y.reason = fmt::format(
+          "{} of {} rows too ill-conditioned for {} compute in some layer: hidden size {}, condition {:.3g}, bound on "
+          "x-hat error {:.3g} (MISTRUSTED at >= {})",
+          untrusted_rows, R, ref::name_of(c_.dtype_compute), D, worst.kappa, worst.max_e_xhat, kBounds.mistrust);
+    return out;
+  }
+
  private:
+  static constexpr double kGeluEval = 8;  // TOLERANCE.md, The table
+
   // Non-finite rows follow IEEE rules exactly in the reference; a correct kernel may differ by
   // one rounding in the finite elements (e.g. +-0 + bias).
   double ieee_allowance(DType t) const { return 0.5 * ulp_of(0, t) + cp_.eta; }
@@ -335,6 +474,17 @@ class Model {
       m.trusted = true;
       return;
     }
+    stats(m, e_h);
+  }
+
+  // Sections 3.2-3.6 for a row whose values m.h (finite) carry the errors e_h.
+  void stats(RowModel& m, const std::vector<double>& e_h) const {
+    const auto n = static_cast<std::int64_t>(m.h.size());
+    const double nd = static_cast<double>(n);
+    const bool ln = c_.op == ref::Op::layernorm;
+    m.d.resize(n);
+    m.xhat.resize(n);
+    m.e_xhat.resize(n);
     double sum = 0, sum_abs = 0, sum_sq = 0, sum_eh = 0, max_eh = 0;
     for (std::int64_t j = 0; j < n; ++j) {
       sum += m.h[j];
@@ -468,6 +618,7 @@ class Model {
 }  // namespace
 
 std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c) {
+  if (c.block != ref::Block::none && c.direction == ref::Direction::forward) return Model(c).derive_block_forward();
   if (c.block != ref::Block::none) {
     // Blocks: no derived bound yet (TOLERANCE.md, "Not covered"): every output MISTRUSTED.
     std::map<std::string, OutputAllowance> out;
@@ -478,7 +629,7 @@ std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c) {
       a.abs.assign(static_cast<std::size_t>(numel), kNaN);
       a.nan_ok.assign(static_cast<std::size_t>(numel), 0);
       a.mistrusted = numel;
-      a.reason = "no error bound derived for residual blocks yet (TOLERANCE.md, \"Not covered\")";
+      a.reason = "no error bound derived for the gradients of residual blocks yet (TOLERANCE.md, \"Not covered\")";
     }
     return out;
   }
