@@ -12,6 +12,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/core.h>
@@ -130,14 +131,21 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
       std::min<std::size_t>(candidates.size(), opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : hw);
   std::mutex report;
   const auto t_start = std::chrono::steady_clock::now();
-  for (const auto& id : ids) {
+  // The next case is read (HDF5, one thread at a time) while the candidates run on this one.
+  auto load = [&](std::size_t i) { return reader.read_case(ids[i]); };
+  std::future<fix::FixtureCase> next;
+  if (!ids.empty()) next = std::async(std::launch::async, load, 0);
+  for (std::size_t ci = 0; ci < ids.size(); ++ci) {
+    const std::string& id = ids[ci];
     fix::FixtureCase fc;
     std::map<std::string, OutputAllowance> allow;
     try {
-      fc = reader.read_case(id);
+      fc = next.get();
+      if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
       allow = derive_allowances(fc.c);
     } catch (const std::exception& e) {
       for (auto& r : runs) r.error = fmt::format("stopped at case {}: {}", id, e.what());
+      if (next.valid()) next.wait();
       break;
     }
     auto work = [&](std::size_t first) {
@@ -202,22 +210,46 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
       throw fix::FixtureError(opt.outputs, fmt::format("case {} is not in the fixture file {}", id, opt.fixtures));
   const auto& oids = outputs.case_ids();
   const auto t_start = std::chrono::steady_clock::now();
-  for (const auto& id : fids) {
-    if (!selected(id, opt.case_globs)) continue;
-    fix::FixtureCase fc;
+  std::vector<std::string> ids;
+  for (const auto& id : fids)
+    if (selected(id, opt.case_globs)) ids.push_back(id);
+  // Reading (HDF5, one thread at a time) runs one case ahead of deriving and checking.
+  using Pair = std::pair<fix::FixtureCase, std::optional<fix::FixtureCase>>;
+  auto load = [&](std::size_t i) {
+    Pair p;
+    p.first = fixtures.read_case(ids[i]);
+    if (std::binary_search(oids.begin(), oids.end(), ids[i])) p.second = outputs.read_case(ids[i]);
+    return p;
+  };
+  std::future<Pair> next;
+  if (!ids.empty()) next = std::async(std::launch::async, load, 0);
+  for (std::size_t ci = 0; ci < ids.size(); ++ci) {
+    const std::string& id = ids[ci];
+    Pair loaded;
     try {
-      fc = fixtures.read_case(id);
+      loaded = next.get();
+      if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
+    } catch (const fix::FixtureError& e) {
+      // A broken outputs file is the user's input error; a broken fixture file stops the run.
+      if (next.valid()) next.wait();
+      if (std::string(e.what()).rfind(opt.outputs, 0) == 0) throw;
+      run.error = fmt::format("stopped at case {}: {}", id, e.what());
+      break;
     } catch (const std::exception& e) {
+      if (next.valid()) next.wait();
       run.error = fmt::format("stopped at case {}: {}", id, e.what());
       break;
     }
+    fix::FixtureCase& fc = loaded.first;
     Outputs got;
-    if (std::binary_search(oids.begin(), oids.end(), id)) {
-      fix::FixtureCase oc = outputs.read_case(id);
+    if (loaded.second) {
+      fix::FixtureCase& oc = *loaded.second;
       for (auto& [name, o] : oc.expected) {
         if (!fc.expected.count(name))
           throw fix::FixtureError(opt.outputs,
                                   fmt::format("case {}: output {} is not an output of this case", id, name));
+        // Values are taken as stored (any float type); the output's dtype is the case's.
+        o.value.dtype = fc.expected.at(name).value.dtype;
         got.emplace(name, std::move(o.value));
       }
     }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "normcheck/conformance/candidate.hpp"
@@ -37,11 +38,17 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double ulp_of(double v, DType t) {
   const auto f = ref::format_of(t);
-  const double a = std::fabs(v);
-  int e = f.min_exp;
-  if (a > 0 && std::isfinite(a)) e = std::max(std::ilogb(a), f.min_exp);
-  if (!std::isfinite(a)) e = f.max_exp;
-  return std::ldexp(1.0, e - f.precision + 1);
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  // The binade from the exponent field (binary64 subnormals are far below every min_exp here).
+  int e = static_cast<int>((bits >> 52) & 0x7ff);
+  e = e == 0x7ff ? f.max_exp : std::max(e - 1023, f.min_exp);
+  const int q = e - f.precision + 1;  // >= -1074 for every format here: a normal binary64 or 2^-1074
+  if (q < -1022) return std::ldexp(1.0, q);
+  const std::uint64_t r = static_cast<std::uint64_t>(q + 1023) << 52;
+  double out;
+  std::memcpy(&out, &r, sizeof out);
+  return out;
 }
 
 namespace {
@@ -56,7 +63,15 @@ struct Compute {
     return ku >= 0.5 ? kInf : ku / (1 - ku);
   }
   // Error of converting v into the compute dtype (0 when it is a value of it).
-  double conv(double v) const { return ref::representable(v, t) || !std::isfinite(v) ? 0.0 : 0.5 * ulp_of(v, t); }
+  double conv(double v, DType from) const {
+    if (holds(from)) return 0.0;
+    return ref::representable(v, t) || !std::isfinite(v) ? 0.0 : 0.5 * ulp_of(v, t);
+  }
+  // Whether every value of dtype `from` is a value of the compute dtype (then conv is 0).
+  bool holds(DType from) const {
+    const auto a = ref::format_of(from), b = ref::format_of(t);
+    return a.precision <= b.precision && a.min_exp >= b.min_exp && a.max_exp <= b.max_exp;
+  }
 };
 
 // Error after a contract rounding point to dtype t of a value v computed with error e: the
@@ -171,7 +186,7 @@ class Model {
       if (w_) {
         const double w = w_->data[j];
         scale[j] = c_.weight_offset + w;
-        e_scale[j] = cp_.conv(w) + (c_.weight_offset != 0 ? cp_.u * std::fabs(scale[j]) : 0.0);
+        e_scale[j] = cp_.conv(w, c_.dtype_param) + (c_.weight_offset != 0 ? cp_.u * std::fabs(scale[j]) : 0.0);
         scale_fwd[j] = scale[j];
         e_scale_fwd[j] = e_scale[j];
         if (pts_.scale) {
@@ -181,7 +196,7 @@ class Model {
       }
       if (b_) {
         bias[j] = b_->data[j];
-        e_bias[j] = cp_.conv(bias[j]);
+        e_bias[j] = cp_.conv(bias[j], c_.dtype_param);
       }
     }
     // Column sums of the backward pass: sum over rows of |terms| and of propagated errors.
@@ -323,24 +338,24 @@ class Model {
       for (std::int64_t j = 0; j < D; ++j) {
         const double w = w_ ? w_->data[static_cast<std::size_t>(p + j)] : 0.0;
         const double scale = w_ ? c_.weight_offset + w : 1.0;
-        const double e_sc = w_ ? cp_.conv(w) + (c_.weight_offset != 0 ? cp_.u * std::fabs(scale) : 0.0) : 0.0;
+        const double e_sc = w_ ? cp_.conv(w, c_.dtype_param) + (c_.weight_offset != 0 ? cp_.u * std::fabs(scale) : 0.0) : 0.0;
         const double bias = b_ ? b_->data[static_cast<std::size_t>(p + j)] : 0.0;
         const double mul = m.xhat[j] * scale;
         o[j] = mul + bias;
         e_o[j] = std::fabs(scale) * m.e_xhat[j] + std::fabs(m.xhat[j]) * e_sc + m.e_xhat[j] * e_sc +
-                 (w_ ? cp_.u * std::fabs(mul) : 0.0) + (b_ ? cp_.conv(bias) + cp_.u * std::fabs(o[j]) + cp_.eta : 0.0);
+                 (w_ ? cp_.u * std::fabs(mul) : 0.0) + (b_ ? cp_.conv(bias, c_.dtype_param) + cp_.u * std::fabs(o[j]) + cp_.eta : 0.0);
       }
       return m.trusted;
     };
     // F(in) = W2 act(W1 in + b1) + b2 of layer l, with error bounds (7.2).
     auto ffn = [&](std::int64_t l, const std::vector<double>& in, const std::vector<double>& e_in) {
       for (std::int64_t i = 0; i < F; ++i) {
-        double acc = b1.data[static_cast<std::size_t>(l * F + i)], abs_sum = std::fabs(acc), err = cp_.conv(acc);
+        double acc = b1.data[static_cast<std::size_t>(l * F + i)], abs_sum = std::fabs(acc), err = cp_.conv(acc, c_.dtype_param);
         const double* row = &w1.data[static_cast<std::size_t>((l * F + i) * D)];
         for (std::int64_t j = 0; j < D; ++j) {
           acc += row[j] * in[j];
           abs_sum += std::fabs(row[j] * in[j]);
-          err += std::fabs(row[j]) * e_in[j] + cp_.conv(row[j]) * (std::fabs(in[j]) + e_in[j]);
+          err += std::fabs(row[j]) * e_in[j] + cp_.conv(row[j], c_.dtype_param) * (std::fabs(in[j]) + e_in[j]);
         }
         err += cp_.gam(static_cast<double>(D + 1)) * abs_sum + static_cast<double>(D + 1) * cp_.eta;
         if (c_.activation == ref::Activation::relu) {
@@ -354,12 +369,12 @@ class Model {
         }
       }
       for (std::int64_t j = 0; j < D; ++j) {
-        double acc = b2.data[static_cast<std::size_t>(l * D + j)], abs_sum = std::fabs(acc), err = cp_.conv(acc);
+        double acc = b2.data[static_cast<std::size_t>(l * D + j)], abs_sum = std::fabs(acc), err = cp_.conv(acc, c_.dtype_param);
         const double* row = &w2.data[static_cast<std::size_t>((l * D + j) * F)];
         for (std::int64_t i = 0; i < F; ++i) {
           acc += row[i] * a[i];
           abs_sum += std::fabs(row[i] * a[i]);
-          err += std::fabs(row[i]) * e_a[i] + cp_.conv(row[i]) * (std::fabs(a[i]) + e_a[i]);
+          err += std::fabs(row[i]) * e_a[i] + cp_.conv(row[i], c_.dtype_param) * (std::fabs(a[i]) + e_a[i]);
         }
         f[j] = acc;
         e_f[j] = err + cp_.gam(static_cast<double>(F + 1)) * abs_sum + static_cast<double>(F + 1) * cp_.eta;
@@ -370,7 +385,7 @@ class Model {
       const std::int64_t base = g_.row_base[row];
       for (std::int64_t j = 0; j < D; ++j) {
         v[j] = x_->data[static_cast<std::size_t>(base + j)];
-        e_v[j] = cp_.conv(v[j]);
+        e_v[j] = cp_.conv(v[j], c_.dtype_x);
       }
       bool trusted = true;
       for (std::int64_t l = 0; l < L && trusted; ++l) {
@@ -453,12 +468,12 @@ class Model {
     for (std::int64_t j = 0; j < n; ++j) {
       const std::int64_t k = base + g_.col_delta[j];
       const double x = x_->data[static_cast<std::size_t>(k)];
-      double h = x, e = cp_.conv(x);
+      double h = x, e = cp_.conv(x, c_.dtype_x);
       if (r_) {
         const double ax = c_.alpha * x, res = value(r_, k), rb = rb_ ? value(rb_, j) : 0.0;
         h = ax + res + rb;
         const int ops = (c_.alpha != 1 ? 1 : 0) + 1 + (rb_ ? 1 : 0);
-        e = std::fabs(c_.alpha) * cp_.conv(x) + cp_.conv(res) + (rb_ ? cp_.conv(rb) : 0.0) +
+        e = std::fabs(c_.alpha) * cp_.conv(x, c_.dtype_x) + cp_.conv(res, c_.dtype_residual) + (rb_ ? cp_.conv(rb, c_.dtype_param) : 0.0) +
             cp_.gam(ops) * (std::fabs(ax) + std::fabs(res) + std::fabs(rb)) + ops * cp_.eta;
       }
       m.e_h_pre[j] = e;
@@ -518,7 +533,7 @@ class Model {
       e_var = cp_.gam(nd + 1) * mean_sq + 2 * sum_d_e / nd + max_eh * max_eh + nd * cp_.eta;
     }
     const double q = var + c_.epsilon;
-    const double e_q = e_var + cp_.u * q + cp_.conv(c_.epsilon);
+    const double e_q = e_var + cp_.u * q + cp_.conv(c_.epsilon, DType::float64);
     m.e_q_rel = q > 0 ? e_q / q : kInf;
     m.rstd = q > 0 ? 1 / std::sqrt(q) : kInf;
     m.e_rstd_rel = m.e_q_rel >= kBounds.mistrust ? kInf
@@ -569,7 +584,7 @@ class Model {
     for (std::int64_t j = 0; j < n; ++j) {
       const double dy = value(dy_, base + g_.col_delta[j]);
       gv[j] = dy * scale[j];
-      e_g[j] = std::fabs(dy) * e_scale[j] + cp_.conv(dy) * std::fabs(scale[j]) + (w_ ? cp_.u * std::fabs(gv[j]) : 0.0);
+      e_g[j] = std::fabs(dy) * e_scale[j] + cp_.conv(dy, c_.dtype_out) * std::fabs(scale[j]) + (w_ ? cp_.u * std::fabs(gv[j]) : 0.0);
       s_g += gv[j];
       s_abs_g += std::fabs(gv[j]);
       s_eg += e_g[j];
@@ -578,9 +593,9 @@ class Model {
       s_e_gx += std::fabs(gv[j]) * m.e_xhat[j] + std::fabs(m.xhat[j]) * e_g[j] + e_g[j] * m.e_xhat[j];
       // Column sums: dweight = sum dy * xhat, dbias = sum dy.
       dw_abs[j] += std::fabs(dy * m.xhat[j]);
-      dw_err[j] += std::fabs(dy) * m.e_xhat[j] + cp_.conv(dy) * std::fabs(m.xhat[j]) + cp_.u * std::fabs(dy * m.xhat[j]);
+      dw_err[j] += std::fabs(dy) * m.e_xhat[j] + cp_.conv(dy, c_.dtype_out) * std::fabs(m.xhat[j]) + cp_.u * std::fabs(dy * m.xhat[j]);
       db_abs[j] += std::fabs(dy);
-      db_err[j] += cp_.conv(dy);
+      db_err[j] += cp_.conv(dy, c_.dtype_out);
     }
     const double gbar = ln ? s_g / nd : 0.0;
     const double e_gbar = ln ? s_eg / nd + cp_.gam(nd + 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
