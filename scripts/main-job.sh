@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build, generate the smoke tier's golden fixtures with the certified reference,
-# verify them, and show the bundled example cases. (Checking the bundled candidates and writing
-# the report join this job as the conformance and reports issues land.)
+# verify them, run every bundled candidate over them (the correct kernels must conform, every
+# mutant must be rejected) and print the verdict tables; the results files (normcheck-results v1)
+# go to $out/results/. (The report joins this job when the reports issue lands.)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/build.sh"
@@ -13,10 +14,12 @@ mkdir -p "$out"
 echo
 "$normcheck" fixtures generate --tier smoke -o "$out/smoke.h5" --force
 "$normcheck" fixtures verify "$out/smoke.h5"
-for case in "$root"/reference/examples/*.json; do
-  echo
-  echo "=== $(basename "$case")"
-  "$normcheck" reference --case "$case"
-done
+echo
+echo "=== correct candidates (each must conform: no FAILED, CRASHED, TIMEOUT or MISSING)"
+"$normcheck" run --builtins correct --fixtures "$out/smoke.h5" --json-dir "$out/results" --force
+echo
+echo "=== mutants (each must be rejected: the suite's own mutation test)"
+"$normcheck" run --builtins mutants --expect-reject --fixtures "$out/smoke.h5" --json-dir "$out/results" --force
 echo
 echo "golden fixtures: $out/smoke.h5  (normcheck fixtures list $out/smoke.h5)"
+echo "results files:   $out/results/  (reports/RESULTS.md)"
