@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `normcheck run` / `check` end to end on the smoke tier: exit codes, repro lines, results files,
+# and bad input (exit 2 with a message naming the problem; never a crash, never a results file
+# replaced without --force, never a partly written one).
+set -uo pipefail
+normcheck="$1"
+python="$2"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+
+# expect NAME CODE STDERR_REGEX -- ARGS...
+expect() {
+  local name="$1" want="$2" pattern="$3"
+  shift 4
+  "$normcheck" "$@" >"$tmp/out" 2>"$tmp/err"
+  local code=$?
+  if [[ $code -eq $want && "$(cat "$tmp/err")" =~ $pattern ]]; then ok; else
+    bad "$name: exit $code (want $want), stderr: $(head -c 400 "$tmp/err"), stdout: $(head -c 300 "$tmp/out")"
+  fi
+}
+
+fx="$tmp/smoke.h5"
+"$normcheck" fixtures generate --tier smoke -o "$fx" >/dev/null || { echo "cannot generate smoke"; exit 1; }
+
+# A correct candidate conforms (0), a mutant fails (1) with a repro line, --expect-reject inverts.
+expect correct 0 "" -- run --candidate builtin:cpu_two_pass --fixtures "$fx" --json "$tmp/r.json"
+"$python" - "$tmp/r.json" <<'PY' && ok || bad "results file"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["format"] == "normcheck-results" and j["format_version"] == 1, j["format"]
+assert j["candidate"]["spec"] == "builtin:cpu_two_pass" and j["candidate"]["kind"] == "correct"
+assert set(j["summary"]) == {"PASSED", "FAILED", "UNSUPPORTED", "MISTRUSTED", "CRASHED", "TIMEOUT", "MISSING"}
+assert j["summary"]["FAILED"] == 0 and j["summary"]["PASSED"] > 0
+assert len(j["cases"]) == sum(j["summary"].values())
+for c in j["cases"]:
+    for o in c["outputs"]:
+        assert {"name", "verdict", "dtype", "max_ulp", "max_abs", "max_rel", "max_ratio"} <= set(o)
+PY
+expect mutant 1 "" -- run --candidate builtin:mut_eps_outside_sqrt --fixtures "$fx" --cases 'ln_*' --verbose
+grep -q "repro: normcheck run --candidate builtin:mut_eps_outside_sqrt --fixtures" "$tmp/out" && ok || bad "repro line"
+grep -q "worst at \[" "$tmp/out" && ok || bad "worst element coordinates"
+expect expect-reject 0 "" -- run --candidate builtin:mut_eps_outside_sqrt --expect-reject --fixtures "$fx"
+expect expect-reject-correct 1 "" -- run --candidate builtin:cpu_welford --expect-reject --fixtures "$fx"
+expect case-glob 0 "" -- run --candidate builtin:cpu_welford --fixtures "$fx" --cases 'rms_*' --json "$tmp/g.json"
+"$python" -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['cases'] and all(c['case_id'].startswith('rms_') for c in j['cases'])" "$tmp/g.json" && ok || bad "case glob"
+
+# Bad input: exit 2 with the problem named.
+expect no-candidate 2 "give --candidate" -- run --fixtures "$fx"
+expect unknown-builtin 2 "no built-in candidate 'nope'" -- run --candidate builtin:nope --fixtures "$fx"
+expect bad-spec 2 "expected builtin:NAME" -- run --candidate cpu_two_pass --fixtures "$fx"
+expect missing-plugin 2 "no such file" -- run --candidate plugin:/nonexistent.so --fixtures "$fx"
+expect missing-fixtures 2 "no such fixture file" -- run --candidate builtin:cpu_welford --fixtures "$tmp/none.h5"
+echo "not hdf5" >"$tmp/text.h5"
+expect not-hdf5 2 "is not an HDF5 file" -- run --candidate builtin:cpu_welford --fixtures "$tmp/text.h5"
+echo "keep me" >"$tmp/keep.json"
+expect no-overwrite 2 "exists; pass --force" -- run --candidate builtin:cpu_welford --fixtures "$fx" --json "$tmp/keep.json"
+[[ "$(cat "$tmp/keep.json")" == "keep me" ]] && ok || bad "results file replaced without --force"
+expect json-many 2 "--json takes one candidate" -- run --builtins correct --fixtures "$fx" --json "$tmp/x.json"
+expect builtins-value 2 "--builtins takes" -- run --builtins some --fixtures "$fx"
+
+# check: outputs files written by another program (h5py here).
+"$python" - "$fx" "$tmp" <<'PY' || bad "writing outputs files"
+import h5py, sys
+fx, tmp = sys.argv[1], sys.argv[2]
+with h5py.File(fx) as f:
+    ids = sorted(f["cases"])
+    with h5py.File(tmp + "/perfect.h5", "w") as o, h5py.File(tmp + "/partial.h5", "w") as p, \
+         h5py.File(tmp + "/shape.h5", "w") as s, h5py.File(tmp + "/alien.h5", "w") as a:
+        for i, cid in enumerate(ids):
+            for name, ds in f["cases"][cid]["expected"].items():
+                o.create_dataset(f"cases/{cid}/outputs/{name}", data=ds[...])
+                if i % 2 == 0:
+                    p.create_dataset(f"cases/{cid}/outputs/{name}", data=ds[...])
+                data = ds[...]
+                s.create_dataset(f"cases/{cid}/outputs/{name}", data=data.reshape(-1) if i == 0 else data)
+        a.create_dataset("cases/not_a_case/outputs/y", data=[1.0])
+PY
+expect check-perfect 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --json "$tmp/c.json"
+expect check-partial 1 "" -- check --fixtures "$fx" --outputs "$tmp/partial.h5"
+grep -q "MISSING" "$tmp/out" && ok || bad "MISSING in the table"
+expect check-shape 1 "" -- check --fixtures "$fx" --outputs "$tmp/shape.h5" --verbose
+grep -q "shape \[" "$tmp/out" && ok || bad "wrong shape named"
+expect check-alien 2 "case not_a_case is not in the fixture file" -- check --fixtures "$fx" --outputs "$tmp/alien.h5"
+expect check-not-hdf5 2 "is not an HDF5 file" -- check --fixtures "$fx" --outputs "$tmp/text.h5"
+
+echo "run_check: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
