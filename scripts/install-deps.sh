@@ -12,6 +12,9 @@ packages=(
   libbenchmark-dev                              # reference speed benchmark
   libcli11-dev nlohmann-json3-dev libfmt-dev    # CLI, JSON case/results files, formatting
   python3-mpmath python3-numpy python3-h5py     # independent cross-check; h5py reads fixtures (tests)
+  libdnnl-dev                                   # bundled candidate: oneDNN layer normalization
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd  # bundled candidate: OpenCL kernel, run on PoCL
+  python3-torch                                 # bundled candidate: the PyTorch adapter (CPU)
 )
 
 missing=()
