@@ -5,8 +5,8 @@ Writes an outputs file holding the fixtures' own correctly rounded values (a per
 then times, on the same datasets:
   1. normcheck check --fixtures F --outputs O   (certified values, derived per-element allowance,
      verdicts, metrics)
-  2. h5py reads of outputs/ and expected_f64/ per case, then numpy.allclose(got, exact)
-     (the usual test: fixed rtol/atol, no verdicts)
+  2. h5py reads of the same datasets (inputs/, expected/, expected_f64/, certified/, outputs/)
+     per case, then numpy.allclose(got, exact) (the usual test: fixed rtol/atol, no verdicts)
 and prints elements compared per second for both.
 
 usage: check_speed.py --normcheck build/bin/normcheck --fixtures out/ci.h5 [--repeat 3]
@@ -34,11 +34,17 @@ def write_outputs(fixtures, path):
 
 
 def numpy_baseline(fixtures, outputs):
+    """Reads the same datasets `normcheck check` reads (inputs/, expected/, expected_f64/,
+    certified/ of every case, and outputs/) and compares with numpy.allclose."""
     elements = 0
     ok = True
     with h5py.File(fixtures, "r") as fx, h5py.File(outputs, "r") as out:
         for cid, case in fx["cases"].items():
+            for name, ds in case["inputs"].items():
+                ds[...]
             for name in case["expected"]:
+                case[f"expected/{name}"][...]
+                case[f"certified/{name}"][...]
                 got = out[f"cases/{cid}/outputs/{name}"][...].astype(np.float64)
                 exact = case[f"expected_f64/{name}"][...]
                 ok &= bool(np.allclose(got, exact, rtol=1.3e-6, atol=1e-5, equal_nan=True))
