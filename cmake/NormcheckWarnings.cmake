@@ -1,10 +1,12 @@
 # normcheck_target_options(<target>): the project's warning set, -Werror under NORMCHECK_WERROR,
 # and the sanitizers under NORMCHECK_SANITIZE. Every target of the project calls it.
 function(normcheck_target_options target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
-                                           -Wno-sign-conversion -Wnon-virtual-dtor)
+  # C and C++ sources only: nvcc (CUDA sources) takes host-compiler flags differently.
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>)
   if(NORMCHECK_WERROR)
-    target_compile_options(${target} PRIVATE -Werror)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:C,CXX>:-Werror>)
   endif()
   if(NORMCHECK_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer

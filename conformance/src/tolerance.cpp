@@ -454,8 +454,6 @@ class Model {
 
   void row_model(std::int64_t row, RowModel& m) const {
     const std::int64_t n = g_.cols;
-    const double nd = static_cast<double>(n);
-    const bool ln = c_.op == ref::Op::layernorm;
     const std::int64_t base = g_.row_base[row];
     m.h.resize(n);
     m.e_h_pre.resize(n);
