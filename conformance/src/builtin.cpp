@@ -1,6 +1,7 @@
 // The registry of built-in candidates: each family of bundled kernels contributes its entries.
 #include "normcheck/conformance/candidate.hpp"
 #include "candidates/cpu/cpu_candidates.hpp"
+#include "python_candidates.hpp"
 
 namespace normcheck::conf {
 
@@ -8,6 +9,7 @@ const std::vector<BuiltinEntry>& builtin_candidates() {
   static const std::vector<BuiltinEntry> all = [] {
     std::vector<BuiltinEntry> v;
     v.insert(v.end(), cpu::cpu_builtins().begin(), cpu::cpu_builtins().end());
+    for (auto& e : python_builtins()) v.push_back(std::move(e));
     return v;
   }();
   return all;

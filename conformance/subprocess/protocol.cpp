@@ -1,0 +1,431 @@
+#include "protocol.hpp"
+
+#include <fmt/core.h>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "normcheck/reference/case_json.hpp"
+#include "normcheck/reference/dtype.hpp"
+
+namespace normcheck::conf::proto {
+
+using nlohmann::json;
+
+namespace {
+
+// Little-endian by construction, whatever the host's byte order: the protocol fixes it.
+template <class U>
+void store_le(U bits, unsigned char* out) {
+  for (std::size_t i = 0; i < sizeof(U); ++i) out[i] = static_cast<unsigned char>(bits >> (8 * i));
+}
+template <class U>
+U load_le(const unsigned char* in) {
+  U bits = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    bits = static_cast<U>(bits | (static_cast<U>(in[i]) << (8 * i)));
+  return bits;
+}
+
+// `v` must be a binary16 value: every step below is then exact.
+std::uint16_t half_bits(double v) {
+  if (std::isnan(v)) return 0x7e00;
+  const auto sign = static_cast<std::uint16_t>(std::signbit(v) ? 0x8000 : 0);
+  const double a = std::fabs(v);
+  if (std::isinf(a)) return sign | 0x7c00;
+  if (a == 0) return sign;
+  int ex = 0;
+  std::frexp(a, &ex);  // a = f * 2^ex, f in [0.5, 1): the leading bit has weight 2^(ex-1)
+  const int e = ex - 1;
+  if (e < -14) return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(std::ldexp(a, 24)));
+  const auto mant = static_cast<std::uint16_t>(std::ldexp(a, 10 - e) - 1024);
+  return static_cast<std::uint16_t>(sign | ((e + 15) << 10) | mant);
+}
+
+double half_value(std::uint16_t h) {
+  const int e = (h >> 10) & 0x1f;
+  const int m = h & 0x3ff;
+  double v;
+  if (e == 0)
+    v = std::ldexp(m, -24);
+  else if (e == 31)
+    v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else
+    v = std::ldexp(m + 1024, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+template <class Enum, std::size_t N>
+Enum parse_enum(const json& j, const char* field, const std::array<Enum, N>& values) {
+  if (!j.is_string()) throw ProtocolError(fmt::format("case.{} must be a string", field));
+  const auto s = j.get<std::string>();
+  for (auto v : values)
+    if (ref::name_of(v) == s) return v;
+  throw ProtocolError(fmt::format("case.{}: unknown value '{}'", field, s));
+}
+
+ref::DType dtype_field(const json& j, const std::string& field) {
+  if (!j.is_string()) throw ProtocolError(fmt::format("{} must be a string", field));
+  const auto t = ref::parse_dtype(j.get<std::string>());
+  if (!t) throw ProtocolError(fmt::format("{}: unknown dtype '{}'", field, j.get<std::string>()));
+  return *t;
+}
+
+const json& required(const json& j, const char* field, const char* where) {
+  auto it = j.find(field);
+  if (it == j.end()) throw ProtocolError(fmt::format("{} has no '{}'", where, field));
+  return *it;
+}
+
+std::int64_t int_field(const json& j, const char* field) {
+  if (!j.is_number_integer()) throw ProtocolError(fmt::format("case.{} must be an integer", field));
+  return j.get<std::int64_t>();
+}
+
+// A binary64 attribute: the exact hex string when present, else the JSON number.
+double real_field(const json& c, const char* field) {
+  const std::string hex = std::string(field) + "_hex";
+  if (auto it = c.find(hex); it != c.end()) {
+    if (!it->is_string()) throw ProtocolError(fmt::format("case.{} must be a string", hex));
+    if (auto v = ref::parse_number(it->get<std::string>(), ref::DType::float64)) return *v;
+    throw ProtocolError(fmt::format("case.{}: '{}' is not a number", hex, it->get<std::string>()));
+  }
+  const json& v = required(c, field, "case");
+  if (!v.is_number()) throw ProtocolError(fmt::format("case.{} must be a number", field));
+  return v.get<double>();
+}
+
+std::vector<std::int64_t> shape_field(const json& j, const std::string& where) {
+  if (!j.is_array()) throw ProtocolError(fmt::format("{}.shape must be an array", where));
+  if (j.size() > static_cast<std::size_t>(ref::kMaxRank))
+    throw ProtocolError(fmt::format("{}.shape has rank {} (at most {})", where, j.size(), ref::kMaxRank));
+  std::vector<std::int64_t> shape;
+  for (const auto& d : j) {
+    if (!d.is_number_integer()) throw ProtocolError(fmt::format("{}.shape holds a non-integer", where));
+    if (d.is_number_unsigned() && d.get<std::uint64_t>() > static_cast<std::uint64_t>(ref::kMaxElements))
+      throw ProtocolError(fmt::format("{}.shape: dim {} is too large", where, d.get<std::uint64_t>()));
+    const auto v = d.get<std::int64_t>();
+    if (v < 0) throw ProtocolError(fmt::format("{}.shape has a negative dim ({})", where, v));
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+template <class T, class F>
+std::vector<T> name_list(const json& caps, const char* field, std::vector<T> fallback, F parse) {
+  auto it = caps.find(field);
+  if (it == caps.end()) return fallback;
+  if (!it->is_array()) throw ProtocolError(fmt::format("capabilities.{} must be an array of strings", field));
+  std::vector<T> out;
+  for (const auto& v : *it) {
+    if (!v.is_string())
+      throw ProtocolError(fmt::format("capabilities.{} must be an array of strings", field));
+    if (auto x = parse(v.get<std::string>())) out.push_back(*x);  // unknown names: skipped
+  }
+  return out;
+}
+
+template <class Enum, std::size_t N>
+auto enum_parser(const std::array<Enum, N>& values) {
+  return [values](const std::string& s) -> std::optional<Enum> {
+    for (auto v : values)
+      if (ref::name_of(v) == s) return v;
+    return std::nullopt;
+  };
+}
+
+constexpr std::array kOps{ref::Op::layernorm, ref::Op::rmsnorm};
+constexpr std::array kAffines{ref::Affine::none, ref::Affine::weight, ref::Affine::weight_bias};
+constexpr std::array kResiduals{ref::Residual::none, ref::Residual::add, ref::Residual::add_bias};
+constexpr std::array kBlocks{ref::Block::none, ref::Block::post, ref::Block::pre, ref::Block::sandwich,
+                             ref::Block::deepnorm};
+constexpr std::array kDirections{ref::Direction::forward, ref::Direction::backward};
+constexpr std::array kActivations{ref::Activation::gelu, ref::Activation::relu};
+
+template <class T>
+json names(const std::vector<T>& v) {
+  json a = json::array();
+  for (const auto& x : v) a.push_back(std::string(ref::name_of(x)));
+  return a;
+}
+
+}  // namespace
+
+std::size_t itemsize(ref::DType t) {
+  switch (t) {
+    case ref::DType::float64: return 8;
+    case ref::DType::float32: return 4;
+    case ref::DType::float16: return 2;
+    case ref::DType::bfloat16: return 2;
+  }
+  return 8;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+TensorEntry parse_entry(const json& j, const std::string& where) {
+  if (!j.is_object()) throw ProtocolError(fmt::format("{} must be an object", where));
+  TensorEntry e;
+  const json& name = required(j, "name", where.c_str());
+  if (!name.is_string() || name.get<std::string>().empty())
+    throw ProtocolError(fmt::format("{}.name must be a non-empty string", where));
+  e.name = name.get<std::string>();
+  const std::string at = fmt::format("{} ('{}')", where, e.name);
+  e.dtype = dtype_field(required(j, "dtype", at.c_str()), at + ".dtype");
+  e.shape = shape_field(required(j, "shape", at.c_str()), at);
+  e.numel = 1;
+  for (auto d : e.shape) {
+    // Checked before multiplying, so that no product overflows.
+    if (d != 0 && e.numel > ref::kMaxElements / d)
+      throw ProtocolError(fmt::format("{}: shape {} has more than 2^31 elements", at, shape_text(e.shape)));
+    e.numel *= d;
+  }
+  const json& nb = required(j, "nbytes", at.c_str());
+  if (!nb.is_number_integer() || nb.get<std::int64_t>() < 0)
+    throw ProtocolError(fmt::format("{}.nbytes must be a non-negative integer", at));
+  e.nbytes = static_cast<std::size_t>(e.numel) * itemsize(e.dtype);
+  if (nb.get<std::uint64_t>() != e.nbytes)
+    throw ProtocolError(fmt::format("{}: nbytes {} does not match shape {} of {} ({} bytes)", at,
+                                    nb.get<std::uint64_t>(), shape_text(e.shape), ref::name_of(e.dtype),
+                                    e.nbytes));
+  return e;
+}
+
+std::vector<TensorEntry> parse_entries(const json& header, const char* field) {
+  const json& list = required(header, field, "the header");
+  if (!list.is_array()) throw ProtocolError(fmt::format("'{}' must be an array", field));
+  std::vector<TensorEntry> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto e = parse_entry(list[i], fmt::format("{}[{}]", field, i));
+    for (const auto& prev : out)
+      if (prev.name == e.name) throw ProtocolError(fmt::format("'{}' lists '{}' twice", field, e.name));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+json entry_json(const std::string& name, const ref::Tensor& t) {
+  return {{"name", name},
+          {"dtype", ref::name_of(t.dtype)},
+          {"shape", t.shape},
+          {"nbytes", static_cast<std::uint64_t>(t.data.size() * itemsize(t.dtype))}};
+}
+
+void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bool check) {
+  auto value = [&](std::size_t i) {
+    if (check && !std::isnan(v[i]) && !ref::representable(v[i], t))
+      throw std::domain_error(
+          fmt::format("element {} ({}) is not a {} value", i, ref::hex_text(v[i]), ref::name_of(t)));
+    return t == ref::DType::float64 ? v[i] : ref::round_to(v[i], t);
+  };
+  switch (t) {
+    case ref::DType::float64:
+      for (std::size_t i = 0; i < n; ++i) {
+        const double x = value(i);
+        store_le(std::isnan(x) ? std::uint64_t{0x7ff8000000000000} : std::bit_cast<std::uint64_t>(x),
+                 out + 8 * i);
+      }
+      return;
+    case ref::DType::float32:
+      for (std::size_t i = 0; i < n; ++i) {
+        const double x = value(i);
+        store_le(
+            std::isnan(x) ? std::uint32_t{0x7fc00000} : std::bit_cast<std::uint32_t>(static_cast<float>(x)),
+            out + 4 * i);
+      }
+      return;
+    case ref::DType::float16:
+      for (std::size_t i = 0; i < n; ++i) store_le(half_bits(value(i)), out + 2 * i);
+      return;
+    case ref::DType::bfloat16:
+      for (std::size_t i = 0; i < n; ++i) {
+        const double x = value(i);
+        // A bfloat16 value is a binary32 whose low 16 bits are zero.
+        const auto bits =
+            std::isnan(x)
+                ? std::uint16_t{0x7fc0}
+                : static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(static_cast<float>(x)) >> 16);
+        store_le(bits, out + 2 * i);
+      }
+      return;
+  }
+}
+
+ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes) {
+  ref::Tensor t;
+  t.dtype = e.dtype;
+  t.shape = e.shape;
+  const auto n = static_cast<std::size_t>(e.numel);
+  t.data.resize(n);
+  switch (e.dtype) {
+    case ref::DType::float64:
+      for (std::size_t i = 0; i < n; ++i)
+        t.data[i] = std::bit_cast<double>(load_le<std::uint64_t>(bytes + 8 * i));
+      break;
+    case ref::DType::float32:
+      for (std::size_t i = 0; i < n; ++i)
+        t.data[i] = std::bit_cast<float>(load_le<std::uint32_t>(bytes + 4 * i));
+      break;
+    case ref::DType::float16:
+      for (std::size_t i = 0; i < n; ++i) t.data[i] = half_value(load_le<std::uint16_t>(bytes + 2 * i));
+      break;
+    case ref::DType::bfloat16:
+      for (std::size_t i = 0; i < n; ++i)
+        t.data[i] =
+            std::bit_cast<float>(static_cast<std::uint32_t>(load_le<std::uint16_t>(bytes + 2 * i)) << 16);
+      break;
+  }
+  return t;
+}
+
+json case_json(const ref::Case& c) {
+  json j;
+  j["op"] = ref::name_of(c.op);
+  j["axis"] = c.axis;
+  if (c.axes) j["axes"] = *c.axes;
+  j["norm_dims"] = ref::geometry_of(c).norm_dims;
+  const auto real = [&](const char* field, double v) {
+    // NaN and infinities have no JSON number: the _hex form carries them.
+    j[field] = std::isfinite(v) ? json(v) : json(nullptr);
+    j[std::string(field) + "_hex"] = ref::hex_text(v);
+  };
+  real("epsilon", c.epsilon);
+  j["affine"] = ref::name_of(c.affine);
+  real("weight_offset", c.weight_offset);
+  j["residual"] = ref::name_of(c.residual);
+  real("alpha", c.alpha);
+  j["block"] = ref::name_of(c.block);
+  j["layers"] = c.layers;
+  j["activation"] = ref::name_of(c.activation);
+  j["direction"] = ref::name_of(c.direction);
+  j["contract"] = c.contract;
+  j["dtype_x"] = ref::name_of(c.dtype_x);
+  j["dtype_param"] = ref::name_of(c.dtype_param);
+  j["dtype_out"] = ref::name_of(c.dtype_out);
+  j["dtype_compute"] = ref::name_of(c.dtype_compute);
+  j["dtype_residual"] = ref::name_of(c.dtype_residual);
+  return j;
+}
+
+ref::Case case_from_json(const json& j) {
+  if (!j.is_object()) throw ProtocolError("'case' must be an object");
+  ref::Case c;
+  c.op = parse_enum(required(j, "op", "case"), "op", kOps);
+  c.axis = int_field(required(j, "axis", "case"), "axis");
+  if (auto it = j.find("axes"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw ProtocolError("case.axes must be an array");
+    std::vector<std::int64_t> axes;
+    for (const auto& a : *it) axes.push_back(int_field(a, "axes"));
+    c.axes = std::move(axes);
+  }
+  c.epsilon = real_field(j, "epsilon");
+  c.affine = parse_enum(required(j, "affine", "case"), "affine", kAffines);
+  c.weight_offset = real_field(j, "weight_offset");
+  c.residual = parse_enum(required(j, "residual", "case"), "residual", kResiduals);
+  c.alpha = real_field(j, "alpha");
+  c.block = parse_enum(required(j, "block", "case"), "block", kBlocks);
+  c.layers = int_field(required(j, "layers", "case"), "layers");
+  c.activation = parse_enum(required(j, "activation", "case"), "activation", kActivations);
+  c.direction = parse_enum(required(j, "direction", "case"), "direction", kDirections);
+  const json& contract = required(j, "contract", "case");
+  if (!contract.is_string()) throw ProtocolError("case.contract must be a string");
+  c.contract = contract.get<std::string>();
+  c.dtype_x = dtype_field(required(j, "dtype_x", "case"), "case.dtype_x");
+  c.dtype_param = dtype_field(required(j, "dtype_param", "case"), "case.dtype_param");
+  c.dtype_out = dtype_field(required(j, "dtype_out", "case"), "case.dtype_out");
+  c.dtype_compute = dtype_field(required(j, "dtype_compute", "case"), "case.dtype_compute");
+  c.dtype_residual = dtype_field(required(j, "dtype_residual", "case"), "case.dtype_residual");
+  return c;
+}
+
+json capabilities_json(const Capabilities& caps) {
+  return {{"ops", names(caps.ops)},
+          {"dtypes", names(caps.dtypes)},
+          {"compute_dtypes", names(caps.compute_dtypes)},
+          {"directions", names(caps.directions)},
+          {"contracts", caps.contracts},
+          {"residual", caps.residual},
+          {"blocks", caps.blocks},
+          {"general_axes", caps.general_axes},
+          {"weight_offset", caps.weight_offset},
+          {"device", caps.device}};
+}
+
+Capabilities capabilities_from_json(const json& j) {
+  Capabilities caps;
+  if (j.is_null()) return caps;
+  if (!j.is_object()) throw ProtocolError("'capabilities' must be an object");
+  const auto dtype = [](const std::string& s) { return ref::parse_dtype(s); };
+  caps.ops = name_list(j, "ops", caps.ops, enum_parser(kOps));
+  caps.dtypes = name_list(j, "dtypes", caps.dtypes, dtype);
+  caps.compute_dtypes = name_list(j, "compute_dtypes", caps.compute_dtypes, dtype);
+  caps.directions = name_list(j, "directions", caps.directions, enum_parser(kDirections));
+  caps.contracts = name_list(j, "contracts", caps.contracts,
+                             [](const std::string& s) { return std::optional<std::string>(s); });
+  const auto flag = [&](const char* field, bool& out) {
+    auto it = j.find(field);
+    if (it == j.end()) return;
+    if (!it->is_boolean()) throw ProtocolError(fmt::format("capabilities.{} must be true or false", field));
+    out = it->get<bool>();
+  };
+  flag("residual", caps.residual);
+  flag("blocks", caps.blocks);
+  flag("general_axes", caps.general_axes);
+  flag("weight_offset", caps.weight_offset);
+  if (auto it = j.find("device"); it != j.end()) {
+    if (!it->is_string()) throw ProtocolError("capabilities.device must be a string");
+    caps.device = it->get<std::string>();
+  }
+  return caps;
+}
+
+json output_specs_json(const std::map<std::string, OutputSpec>& specs) {
+  json a = json::array();
+  for (const auto& [name, s] : specs)
+    a.push_back({{"name", name}, {"dtype", ref::name_of(s.dtype)}, {"shape", s.shape}});
+  return a;
+}
+
+std::map<std::string, OutputSpec> output_specs_from_json(const json& header) {
+  const json& list = required(header, "outputs", "the request");
+  if (!list.is_array()) throw ProtocolError("'outputs' must be an array");
+  std::map<std::string, OutputSpec> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string where = fmt::format("outputs[{}]", i);
+    const json& e = list[i];
+    if (!e.is_object()) throw ProtocolError(where + " must be an object");
+    const json& name = required(e, "name", where.c_str());
+    if (!name.is_string()) throw ProtocolError(where + ".name must be a string");
+    out[name.get<std::string>()] = {dtype_field(required(e, "dtype", where.c_str()), where + ".dtype"),
+                                    shape_field(required(e, "shape", where.c_str()), where)};
+  }
+  return out;
+}
+
+std::string header_line(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + '\n';
+}
+
+json parse_header(std::string_view line) {
+  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    constexpr std::size_t kShown = 120;
+    std::string shown(line.substr(0, kShown));
+    for (auto& ch : shown)
+      if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
+    throw ProtocolError(fmt::format("header is not JSON: '{}'{}", shown, line.size() > kShown ? "..." : ""));
+  }
+  if (!j.is_object()) throw ProtocolError("header is not a JSON object");
+  auto it = j.find("type");
+  if (it == j.end() || !it->is_string()) throw ProtocolError("header has no string 'type'");
+  return j;
+}
+
+}  // namespace normcheck::conf::proto

@@ -1,0 +1,78 @@
+// The `normcheck-subprocess` protocol (conformance/PROTOCOL.md), the parts both roles share:
+// tensor encoding, header fields, the case and the capabilities as JSON. Internal to the
+// subprocess transport; the host is subprocess_candidate.cpp, the child serve.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/reference/case.hpp"
+
+namespace normcheck::conf::proto {
+
+inline constexpr std::string_view kName = "normcheck-subprocess";
+inline constexpr int kVersion = 1;
+// A header is at most this long, line feed included: it holds metadata only, and the bound
+// keeps a child that writes garbage without a line feed from growing the host's buffer.
+inline constexpr std::size_t kMaxHeaderBytes = std::size_t{1} << 20;
+
+// A message that breaks PROTOCOL.md. The stream cannot be trusted after it.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::size_t itemsize(ref::DType t);
+
+// A tensor entry of a header, checked: known dtype, dims >= 0, rank <= 8, at most 2^31
+// elements, nbytes == elements * itemsize.
+struct TensorEntry {
+  std::string name;
+  ref::DType dtype = ref::DType::float32;
+  std::vector<std::int64_t> shape;
+  std::int64_t numel = 0;
+  std::size_t nbytes = 0;
+};
+// `where` names the list in messages ("outputs[1]"). Throws ProtocolError.
+TensorEntry parse_entry(const nlohmann::json& j, const std::string& where);
+// The tensor list `field` of a header ("inputs", "outputs"); missing is an error.
+std::vector<TensorEntry> parse_entries(const nlohmann::json& header, const char* field);
+nlohmann::json entry_json(const std::string& name, const ref::Tensor& t);
+
+// Encodes n values of dtype t as little-endian bytes into out (n * itemsize(t) bytes). Values
+// must belong to the dtype; with `check`, one that does not throws std::domain_error naming its
+// index (a served candidate's output), otherwise it is rounded to nearest even first.
+void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bool check = false);
+// Decodes an entry's payload exactly into binary64 values.
+ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes);
+
+// The `case` object of a run request: every case attribute, norm_dims, and *_hex forms.
+nlohmann::json case_json(const ref::Case& c);
+// Its inverse (attributes only; the inputs come from the payload). Throws ProtocolError.
+ref::Case case_from_json(const nlohmann::json& j);
+
+nlohmann::json capabilities_json(const Capabilities& caps);
+// Missing fields keep Capabilities' defaults; unknown names in lists are skipped. Throws
+// ProtocolError for a wrong JSON type.
+Capabilities capabilities_from_json(const nlohmann::json& j);
+
+nlohmann::json output_specs_json(const std::map<std::string, OutputSpec>& specs);
+std::map<std::string, OutputSpec> output_specs_from_json(const nlohmann::json& header);
+
+// One header line: compact JSON and '\n'. Invalid UTF-8 in strings (an error message from a
+// C library) is replaced rather than thrown on: the message still gets through.
+std::string header_line(const nlohmann::json& j);
+// Parses a header line (without its '\n'); it must be a JSON object with a string `type`.
+nlohmann::json parse_header(std::string_view line);
+
+// "[2, 4]"
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
+}  // namespace normcheck::conf::proto
