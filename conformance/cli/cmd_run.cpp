@@ -115,8 +115,13 @@ void print_table(const std::vector<conf::CandidateRun>& runs) {
       fmt::print(" {:>11}", it == r.summary.end() ? 0 : it->second);
     }
     const bool mutant = r.info.kind == conf::CandidateKind::mutant;
+    std::int64_t compared = 0;
+    for (auto v : {Verdict::passed, Verdict::failed, Verdict::mistrusted, Verdict::missing})
+      if (auto it = r.summary.find(v); it != r.summary.end()) compared += it->second;
     const char* outcome = mutant ? (r.rejected() ? "rejected (as it must be)" : "NOT REJECTED")
-                                 : (r.rejected() ? "FAILED" : "conforms");
+                          : r.rejected()  ? "FAILED"
+                          : compared == 0 ? "nothing run (every case declined)"
+                                          : "conforms";
     fmt::print("  {}{}\n", outcome, r.error.empty() ? "" : " (run stopped: " + r.error + ")");
   }
 }

@@ -1,11 +1,568 @@
-#include <stdexcept>
+// The in-process plugin transport: a shared library exporting the candidate.h descriptor (ABI
+// v1), called with host tensors in their dtype's native bytes. A plugin that crashes takes
+// normcheck with it; --isolate runs it in a `normcheck worker` child instead.
+#include <dlfcn.h>
+#include <fmt/core.h>
 
+#include <bit>
+#include <cfenv>
+#include <cmath>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "plugin_loader.hpp"
 #include "transports.hpp"
 
 namespace normcheck::conf {
+namespace plugin {
+namespace {
+
+// candidate.h's numbers are those of the reference's enums, so a case converts by casting.
+static_assert(static_cast<int>(ref::DType::float64) == NC_FLOAT64 &&
+              static_cast<int>(ref::DType::float32) == NC_FLOAT32 &&
+              static_cast<int>(ref::DType::float16) == NC_FLOAT16 &&
+              static_cast<int>(ref::DType::bfloat16) == NC_BFLOAT16);
+static_assert(static_cast<int>(ref::Op::layernorm) == NC_LAYERNORM &&
+              static_cast<int>(ref::Op::rmsnorm) == NC_RMSNORM);
+static_assert(static_cast<int>(ref::Direction::forward) == NC_FORWARD &&
+              static_cast<int>(ref::Direction::backward) == NC_BACKWARD);
+static_assert(static_cast<int>(ref::Affine::none) == NC_AFFINE_NONE &&
+              static_cast<int>(ref::Affine::weight) == NC_AFFINE_WEIGHT &&
+              static_cast<int>(ref::Affine::weight_bias) == NC_AFFINE_WEIGHT_BIAS);
+static_assert(static_cast<int>(ref::Residual::none) == NC_RESIDUAL_NONE &&
+              static_cast<int>(ref::Residual::add) == NC_RESIDUAL_ADD &&
+              static_cast<int>(ref::Residual::add_bias) == NC_RESIDUAL_ADD_BIAS);
+static_assert(static_cast<int>(ref::Block::none) == NC_BLOCK_NONE &&
+              static_cast<int>(ref::Block::post) == NC_BLOCK_POST &&
+              static_cast<int>(ref::Block::pre) == NC_BLOCK_PRE &&
+              static_cast<int>(ref::Block::sandwich) == NC_BLOCK_SANDWICH &&
+              static_cast<int>(ref::Block::deepnorm) == NC_BLOCK_DEEPNORM);
+static_assert(static_cast<int>(ref::Activation::gelu) == NC_GELU &&
+              static_cast<int>(ref::Activation::relu) == NC_RELU);
+
+// v1's descriptor ends with `run`; a later header may append fields, so this is not sizeof.
+constexpr std::size_t kV1DescriptorSize = offsetof(nc_candidate, run) + sizeof(nc_candidate::run);
+// Message buffers handed to the plugin (candidate.h promises at least 256 bytes).
+constexpr std::size_t kMessageLen = 4096;
+// Host buffers start on a cache line, so that aligned vector loads of a dense row start work
+// (candidate.h promises 64 bytes).
+constexpr std::size_t kAlignment = 64;
+
+// Saves the floating-point environment (rounding mode, and on x86-64 the MXCSR with its
+// flush-to-zero and denormals-are-zero bits) and restores it on scope exit. A plugin built with
+// -ffast-math sets FTZ/DAZ when it is loaded (crtfastmath.o), and libraries such as oneDNN may
+// switch them on; the reference running in this process needs round-to-nearest with gradual
+// underflow.
+class FenvGuard {
+ public:
+  FenvGuard() { std::fegetenv(&env_); }
+  ~FenvGuard() { std::fesetenv(&env_); }
+  FenvGuard(const FenvGuard&) = delete;
+  FenvGuard& operator=(const FenvGuard&) = delete;
+
+ private:
+  std::fenv_t env_;
+};
+
+// dlerror's text, without the "FILE: " it starts with when the caller's message names the file.
+std::string dlerror_text(const std::string& file) {
+  const char* e = dlerror();
+  std::string text = e ? e : "unknown dlopen error";
+  if (text.starts_with(file + ": ")) text.erase(0, file.size() + 2);
+  return text;
+}
+
+// The message a plugin wrote into `buf`, which may lack its terminator.
+std::string message_of(char* buf, std::size_t len) {
+  buf[len - 1] = '\0';
+  return buf;
+}
+
+std::uint32_t bit(int value) { return std::uint32_t{1} << value; }
+
+template <class E, std::size_t N>
+std::vector<E> from_bits(std::uint32_t bits, const E (&all)[N]) {
+  std::vector<E> v;
+  for (E e : all)
+    if (bits & bit(static_cast<int>(e))) v.push_back(e);
+  return v;
+}
+
+std::vector<std::string> split_contracts(const char* list) {
+  // NULL and "" declare "exact" only (candidate.h): a plugin that says nothing about precision
+  // contracts is not run on the llama/gemma/... cases, where it would fail for a claim it never
+  // made.
+  std::vector<std::string> out;
+  if (list) {
+    std::string_view s(list);
+    while (!s.empty()) {
+      const auto comma = s.find(',');
+      std::string_view part = s.substr(0, comma);
+      while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+      while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+      if (!part.empty()) out.emplace_back(part);
+      if (comma == std::string_view::npos) break;
+      s.remove_prefix(comma + 1);
+    }
+  }
+  if (out.empty()) out.emplace_back("exact");
+  return out;
+}
+
+// ---- element conversion: every value of a case's tensor belongs to its dtype, so both ways
+// are exact -----------------------------------------------------------------------------------
+
+std::size_t element_size(ref::DType t) {
+  switch (t) {
+    case ref::DType::float64: return 8;
+    case ref::DType::float32: return 4;
+    case ref::DType::float16:
+    case ref::DType::bfloat16: return 2;
+  }
+  return 8;
+}
+
+std::uint16_t half_bits(double v) {
+  const std::uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  if (std::isnan(v)) return sign | 0x7e00;
+  if (std::isinf(v)) return sign | 0x7c00;
+  const double a = std::fabs(v);
+  if (a == 0) return sign;
+  int e = 0;
+  std::frexp(a, &e);                                                             // a in [2^(e-1), 2^e)
+  if (e - 1 < -14) return sign | static_cast<std::uint16_t>(std::ldexp(a, 24));  // subnormal: units of 2^-24
+  const auto mant = static_cast<std::uint16_t>(std::ldexp(a, 11 - e) - 1024);  // 10 bits below the leading 1
+  return sign | static_cast<std::uint16_t>((e - 1 + 15) << 10) | mant;
+}
+
+double half_value(std::uint16_t b) {
+  const double sign = (b & 0x8000) ? -1.0 : 1.0;
+  const int e = (b >> 10) & 0x1f;
+  const int m = b & 0x3ff;
+  if (e == 0x1f) return m ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  if (e == 0) return sign * std::ldexp(m, -24);
+  return sign * std::ldexp(1024 + m, e - 25);
+}
+
+void encode(double v, ref::DType t, std::byte* p) {
+  switch (t) {
+    case ref::DType::float64: std::memcpy(p, &v, 8); return;
+    case ref::DType::float32: {
+      const auto f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    case ref::DType::float16: {
+      const std::uint16_t b = half_bits(v);
+      std::memcpy(p, &b, 2);
+      return;
+    }
+    case ref::DType::bfloat16: {
+      // The value has 8 significant bits, so the top half of its binary32 pattern holds it.
+      const auto b = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(static_cast<float>(v)) >> 16);
+      std::memcpy(p, &b, 2);
+      return;
+    }
+  }
+}
+
+double decode(ref::DType t, const std::byte* p) {
+  switch (t) {
+    case ref::DType::float64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case ref::DType::float32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case ref::DType::float16: {
+      std::uint16_t b;
+      std::memcpy(&b, p, 2);
+      return half_value(b);
+    }
+    case ref::DType::bfloat16: {
+      std::uint16_t b;
+      std::memcpy(&b, p, 2);
+      return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+    }
+  }
+  return 0;
+}
+
+// A dense row-major host tensor in its dtype's bytes, and the nc_tensor that views it.
+class HostTensor {
+ public:
+  HostTensor(ref::DType dtype, std::vector<std::int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+    strides_.assign(shape_.size(), 1);
+    for (std::size_t d = shape_.size(); d-- > 1;) strides_[d - 1] = strides_[d] * shape_[d];
+    numel_ = 1;
+    for (const auto e : shape_) numel_ *= e;
+    const std::size_t bytes = static_cast<std::size_t>(numel_) * element_size(dtype_);
+    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    data_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded)));
+    if (!data_) throw std::bad_alloc();
+  }
+  std::int64_t numel() const { return numel_; }
+  std::byte* at(std::int64_t i) { return data_.get() + static_cast<std::size_t>(i) * element_size(dtype_); }
+  nc_tensor view() {
+    return {data_.get(), static_cast<std::int32_t>(dtype_), static_cast<std::int32_t>(shape_.size()),
+            shape_.data(), strides_.data()};
+  }
+  ref::Tensor to_tensor() {
+    ref::Tensor t{dtype_, shape_, std::vector<double>(static_cast<std::size_t>(numel_))};
+    for (std::int64_t i = 0; i < numel_; ++i) t.data[static_cast<std::size_t>(i)] = decode(dtype_, at(i));
+    return t;
+  }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  ref::DType dtype_;
+  std::vector<std::int64_t> shape_;
+  std::vector<std::int64_t> strides_;
+  std::int64_t numel_ = 0;
+  std::unique_ptr<std::byte[], Free> data_;
+};
+
+// The nc_case of a ref::Case; its pointers point into this object, which therefore stays put.
+class CaseView {
+ public:
+  explicit CaseView(const ref::Case& c) : g_(ref::geometry_of(c)) {
+    nc_.struct_size = sizeof(nc_case);
+    nc_.case_id = "";  // ref::Case carries no id
+    nc_.op = static_cast<std::int32_t>(c.op);
+    nc_.direction = static_cast<std::int32_t>(c.direction);
+    nc_.rank = static_cast<std::int32_t>(g_.shape.size());
+    nc_.shape = g_.shape.data();
+    nc_.n_norm_dims = static_cast<std::int32_t>(g_.norm_dims.size());
+    nc_.norm_dims = g_.norm_dims.data();
+    nc_.epsilon = c.epsilon;
+    nc_.affine = static_cast<std::int32_t>(c.affine);
+    nc_.weight_offset = c.weight_offset;
+    nc_.residual = static_cast<std::int32_t>(c.residual);
+    nc_.alpha = c.alpha;
+    nc_.block = static_cast<std::int32_t>(c.block);
+    nc_.layers = c.layers;
+    nc_.activation = static_cast<std::int32_t>(c.activation);
+    nc_.contract = c.contract.c_str();
+    nc_.dtype_x = static_cast<std::int32_t>(c.dtype_x);
+    nc_.dtype_param = static_cast<std::int32_t>(c.dtype_param);
+    nc_.dtype_out = static_cast<std::int32_t>(c.dtype_out);
+    nc_.dtype_compute = static_cast<std::int32_t>(c.dtype_compute);
+    nc_.dtype_residual = static_cast<std::int32_t>(c.dtype_residual);
+  }
+  CaseView(const CaseView&) = delete;
+  CaseView& operator=(const CaseView&) = delete;
+  const nc_case* get() const { return &nc_; }
+
+ private:
+  ref::Geometry g_;
+  nc_case nc_{};
+};
+
+class PluginCandidate final : public Candidate {
+ public:
+  PluginCandidate(Loaded loaded, CandidateInfo info);
+  ~PluginCandidate() override;
+  const CandidateInfo& info() const override { return info_; }
+  std::optional<std::string> declines(const ref::Case& c) const override;
+  Outputs run(const ref::Case& c) override;
+
+ private:
+  std::mutex& lock() const;
+
+  Loaded loaded_;
+  CandidateInfo info_;
+  void* state_ = nullptr;
+  std::optional<std::string> init_error_;  // every case is declined with it
+};
+
+class DecliningCandidate final : public Candidate {
+ public:
+  DecliningCandidate(CandidateInfo info, std::string reason)
+      : info_(std::move(info)), reason_(std::move(reason)) {}
+  const CandidateInfo& info() const override { return info_; }
+  std::optional<std::string> declines(const ref::Case&) const override { return reason_; }
+  Outputs run(const ref::Case&) override { throw CandidateDeclined(reason_); }
+
+ private:
+  CandidateInfo info_;
+  std::string reason_;
+};
+
+}  // namespace
+
+class Library {
+ public:
+  explicit Library(void* handle) : handle_(handle) {}
+  ~Library() {
+    FenvGuard fenv;
+    dlclose(handle_);
+  }
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+  void* handle() const { return handle_; }
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  void* handle_;
+  std::mutex mutex_;
+};
+
+namespace {
+
+// dlopen returns the handle it already has for a file loaded twice; the candidates made from
+// it then share one Library, and so one lock.
+std::shared_ptr<Library> share(void* handle) {
+  static std::mutex mu;
+  static std::map<void*, std::weak_ptr<Library>> open;
+  std::lock_guard<std::mutex> guard(mu);
+  if (auto lib = open[handle].lock()) {
+    FenvGuard fenv;
+    dlclose(handle);  // drops the reference this dlopen added; `lib` holds the first one
+    return lib;
+  }
+  std::erase_if(open, [](const auto& kv) { return kv.second.expired(); });
+  auto lib = std::make_shared<Library>(handle);
+  open[handle] = lib;
+  return lib;
+}
+
+}  // namespace
+
+Loaded load(const std::string& path) {
+  // dlopen searches the library path for a name without a slash; a spec names a file.
+  const std::string file = path.find('/') == std::string::npos ? "./" + path : path;
+  void* handle = nullptr;
+  {
+    FenvGuard fenv;
+    dlerror();
+    handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!handle)
+    throw std::invalid_argument(
+        fmt::format("plugin {}: not a loadable shared library: {}", path, dlerror_text(file)));
+  Loaded out{share(handle), nullptr};
+
+  dlerror();
+  void* symbol = dlsym(handle, NORMCHECK_CANDIDATE_SYMBOL);
+  if (!symbol)
+    throw std::invalid_argument(
+        fmt::format("plugin {}: no `{}` symbol (export `const nc_candidate* {}(void)` with C linkage; "
+                    "candidate.h declares it)",
+                    path, NORMCHECK_CANDIDATE_SYMBOL, NORMCHECK_CANDIDATE_SYMBOL));
+  // POSIX makes the object-to-function pointer conversion of dlsym's result well defined.
+  const auto entry = reinterpret_cast<nc_candidate_fn>(symbol);
+  const nc_candidate* d = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(out.library->mutex());
+    FenvGuard fenv;
+    try {
+      d = entry();
+    } catch (...) {
+      throw std::invalid_argument(
+          fmt::format("plugin {}: {}() threw a C++ exception", path, NORMCHECK_CANDIDATE_SYMBOL));
+    }
+  }
+  if (!d)
+    throw std::invalid_argument(
+        fmt::format("plugin {}: {}() returned NULL", path, NORMCHECK_CANDIDATE_SYMBOL));
+  if (d->abi_version != NORMCHECK_CANDIDATE_ABI_VERSION)
+    throw std::invalid_argument(fmt::format("plugin {} speaks ABI version {}; this normcheck speaks {}", path,
+                                            d->abi_version, NORMCHECK_CANDIDATE_ABI_VERSION));
+  if (d->struct_size < kV1DescriptorSize)
+    throw std::invalid_argument(
+        fmt::format("plugin {}: descriptor struct_size is {} bytes, smaller than ABI version 1's {} (set it "
+                    "to sizeof(nc_candidate))",
+                    path, d->struct_size, kV1DescriptorSize));
+  if (!d->run)
+    throw std::invalid_argument(fmt::format("plugin {}: the descriptor has no run function", path));
+  out.descriptor = d;
+  return out;
+}
+
+CandidateInfo info_of(const nc_candidate& d, std::string name, CandidateKind kind) {
+  CandidateInfo info;
+  info.name = std::move(name);
+  info.kind = kind;
+  const std::string self = d.name ? d.name : "";
+  const std::string what = d.description ? d.description : "";
+  info.description = self.empty() ? what : what.empty() ? self : self + ": " + what;
+  Capabilities& caps = info.caps;
+  caps.ops = from_bits(d.ops, {ref::Op::layernorm, ref::Op::rmsnorm});
+  constexpr ref::DType kDtypes[] = {ref::DType::float64, ref::DType::float32, ref::DType::float16,
+                                    ref::DType::bfloat16};
+  caps.dtypes = from_bits(d.dtypes, kDtypes);
+  caps.compute_dtypes = from_bits(d.compute_dtypes, kDtypes);
+  caps.directions = from_bits(d.directions, {ref::Direction::forward, ref::Direction::backward});
+  caps.contracts = split_contracts(d.contracts);
+  caps.residual = d.flags & NC_CAP_RESIDUAL;
+  caps.blocks = d.flags & NC_CAP_BLOCKS;
+  caps.general_axes = d.flags & NC_CAP_GENERAL_AXES;
+  caps.weight_offset = d.flags & NC_CAP_WEIGHT_OFFSET;
+  caps.device = d.device && *d.device ? d.device : "cpu";
+  return info;
+}
+
+namespace {
+
+PluginCandidate::PluginCandidate(Loaded loaded, CandidateInfo info)
+    : loaded_(std::move(loaded)), info_(std::move(info)) {
+  const nc_candidate& d = *loaded_.descriptor;
+  if (!d.init) return;
+  std::lock_guard<std::mutex> guard(lock());
+  FenvGuard fenv;
+  char err[kMessageLen] = {};
+  try {
+    state_ = d.init(err, sizeof err);
+  } catch (const std::exception& e) {
+    init_error_ = fmt::format("plugin init threw a C++ exception: {}", e.what());
+    return;
+  } catch (...) {
+    init_error_ = "plugin init threw a C++ exception";
+    return;
+  }
+  if (!state_) {
+    const std::string why = message_of(err, sizeof err);
+    init_error_ = "plugin init failed: " + (why.empty() ? std::string("no reason given") : why);
+  }
+}
+
+PluginCandidate::~PluginCandidate() {
+  const nc_candidate& d = *loaded_.descriptor;
+  if (init_error_ || !d.fini) return;
+  std::lock_guard<std::mutex> guard(lock());
+  FenvGuard fenv;
+  try {
+    d.fini(state_);
+  } catch (...) {  // a destructor must not throw; the plugin broke the ABI, nothing to report to
+  }
+}
+
+std::mutex& PluginCandidate::lock() const { return loaded_.library->mutex(); }
+
+std::optional<std::string> PluginCandidate::declines(const ref::Case& c) const {
+  if (init_error_) return init_error_;
+  if (auto why = unsupported_reason(info_.caps, c)) return why;
+  const nc_candidate& d = *loaded_.descriptor;
+  if (!d.supports) return std::nullopt;
+  const CaseView view(c);
+  std::lock_guard<std::mutex> guard(lock());
+  FenvGuard fenv;
+  char reason[kMessageLen] = {};
+  int rc = 0;
+  try {
+    rc = d.supports(state_, view.get(), reason, sizeof reason);
+  } catch (...) {
+    return std::string("plugin supports() threw a C++ exception");
+  }
+  if (rc == 0) return std::nullopt;
+  const std::string why = message_of(reason, sizeof reason);
+  return why.empty() ? fmt::format("declined by the plugin (supports returned {})", rc) : why;
+}
+
+Outputs PluginCandidate::run(const ref::Case& c) {
+  if (init_error_) throw CandidateDeclined(*init_error_);
+  const nc_candidate& d = *loaded_.descriptor;
+  const CaseView view(c);
+  // A C kernel handed a dtype it never declared would misread the bytes; the runner asks
+  // declines() first, so this only guards against a caller that did not.
+  const auto covered = [&](const std::string& name, ref::DType t, std::uint32_t bits) {
+    if (!(bits & bit(static_cast<int>(t))))
+      throw CandidateDeclined(
+          fmt::format("{} has dtype {}, which the plugin does not declare", name, ref::name_of(t)));
+  };
+
+  std::vector<HostTensor> buffers;
+  std::vector<nc_named_tensor> inputs;
+  buffers.reserve(c.inputs.size());
+  for (const auto& [name, t] : c.inputs) {
+    covered(name, t.dtype, d.dtypes);
+    auto& b = buffers.emplace_back(t.dtype, t.shape);
+    if (static_cast<std::size_t>(b.numel()) != t.data.size())
+      throw ref::CaseError("inputs/" + name, fmt::format("holds {} values for a shape of {} elements",
+                                                         t.data.size(), b.numel()));
+    for (std::int64_t i = 0; i < b.numel(); ++i) {
+      const double v = t.data[static_cast<std::size_t>(i)];
+      if (!ref::representable(v, t.dtype))
+        throw ref::CaseError("inputs/" + name, fmt::format("{} is not a {} value", v, ref::name_of(t.dtype)));
+      encode(v, t.dtype, b.at(i));
+    }
+    inputs.push_back({name.c_str(), b.view(), 0});
+  }
+
+  const auto specs = output_specs(c);
+  std::vector<HostTensor> out_buffers;
+  std::vector<nc_named_tensor> outputs;
+  out_buffers.reserve(specs.size());
+  for (const auto& [name, spec] : specs) {
+    covered(name, spec.dtype, d.dtypes | d.compute_dtypes);
+    auto& b = out_buffers.emplace_back(spec.dtype, spec.shape);
+    // The sentinel: an element the candidate never writes stays NaN and cannot pass.
+    for (std::int64_t i = 0; i < b.numel(); ++i)
+      encode(std::numeric_limits<double>::quiet_NaN(), spec.dtype, b.at(i));
+    outputs.push_back({name.c_str(), b.view(), 0});
+  }
+
+  int rc = 0;
+  char err[kMessageLen] = {};
+  {
+    std::lock_guard<std::mutex> guard(lock());
+    FenvGuard fenv;
+    try {
+      rc = d.run(state_, view.get(), inputs.data(), static_cast<std::int32_t>(inputs.size()), outputs.data(),
+                 static_cast<std::int32_t>(outputs.size()), err, sizeof err);
+    } catch (const std::exception& e) {
+      throw CandidateError(fmt::format("plugin run threw a C++ exception across the C ABI: {}", e.what()));
+    } catch (...) {
+      throw CandidateError("plugin run threw a C++ exception across the C ABI");
+    }
+  }
+  if (rc != 0) {
+    const std::string why = message_of(err, sizeof err);
+    throw CandidateError(why.empty() ? fmt::format("plugin run returned {} without a message", rc)
+                                     : fmt::format("plugin run returned {}: {}", rc, why));
+  }
+
+  // Read back from our own buffers, whatever the plugin did to the nc_tensor fields; an output
+  // left at written = 0 is left out (MISSING).
+  Outputs result;
+  std::size_t i = 0;
+  for (const auto& entry : specs) {
+    if (outputs[i].written != 0) result.emplace(entry.first, out_buffers[i].to_tensor());
+    ++i;
+  }
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<Candidate> make_candidate_from(const std::string& path, std::string name,
+                                               CandidateKind kind) {
+  Loaded loaded = load(path);
+  CandidateInfo info = info_of(*loaded.descriptor, std::move(name), kind);
+  return std::make_unique<PluginCandidate>(std::move(loaded), std::move(info));
+}
+
+std::unique_ptr<Candidate> make_declining(CandidateInfo info, std::string reason) {
+  return std::make_unique<DecliningCandidate>(std::move(info), std::move(reason));
+}
+
+}  // namespace plugin
 
 std::unique_ptr<Candidate> make_plugin_candidate(const std::string& path) {
-  throw std::invalid_argument("plugin:" + path + ": plugins are not supported by this build yet");
+  return plugin::make_candidate_from(path, "plugin:" + path, CandidateKind::external);
 }
 
 }  // namespace normcheck::conf

@@ -6,15 +6,27 @@
  *
  * returning a descriptor that lives as long as the library is loaded. The host checks
  * `abi_version` (== NORMCHECK_CANDIDATE_ABI_VERSION) and `struct_size` before touching anything
- * else, so a later version can append fields. Everything here is C99; no C++ crosses the
- * interface. See conformance/README.md ("Writing a plugin") and conformance/examples/.
+ * else. Versioning: `abi_version` changes only for an incompatible change; a compatible one
+ * appends fields to nc_candidate or nc_case and grows their `struct_size`, so each side reads a
+ * field only when the other side's struct_size covers it. Everything here is C99; no C++ crosses
+ * the interface. See conformance/plugin/README.md ("Writing a plugin") and conformance/examples/.
  *
  * Tensors are host memory. Inputs are read-only. Outputs are allocated by the host, dense and
  * row-major, and filled with a sentinel (NaN) before `run`, so an element the candidate never
  * writes cannot pass by accident; the candidate sets `written` = 1 on each output it produces
  * (one left at 0 is reported MISSING). A GPU plugin copies data to and from its device itself.
+ * Host buffers start on a 64-byte boundary; every pointer the host passes (case, tensors, names,
+ * shapes) is valid only during the call.
  *
  * Values of float16 and bfloat16 tensors are stored as their 16-bit patterns (uint16_t).
+ *
+ * Threading: the host calls init, supports, run and fini of one loaded library from one thread
+ * at a time (never concurrently); a plugin may use threads of its own inside a call. The host
+ * saves the floating-point environment (rounding mode, FTZ/DAZ) before each call and restores it
+ * after, so a kernel that wants flush-to-zero sets it on every call.
+ *
+ * Errors: `err` / `reason` buffers hold err_len bytes (at least 256), zero-filled; write a
+ * NUL-terminated message (snprintf). A C++ plugin must not let an exception leave a call.
  */
 #ifndef NORMCHECK_CANDIDATE_H
 #define NORMCHECK_CANDIDATE_H
@@ -28,6 +40,15 @@ extern "C" {
 
 #define NORMCHECK_CANDIDATE_ABI_VERSION 1u
 #define NORMCHECK_CANDIDATE_SYMBOL "normcheck_candidate"
+
+/* Exports the entry point even when the plugin is built with -fvisibility=hidden. */
+#if defined(_WIN32)
+#define NORMCHECK_EXPORT __declspec(dllexport)
+#elif defined(__GNUC__)
+#define NORMCHECK_EXPORT __attribute__((visibility("default")))
+#else
+#define NORMCHECK_EXPORT
+#endif
 
 /* Element types. The numbers are part of the ABI. */
 typedef enum nc_dtype { NC_FLOAT64 = 0, NC_FLOAT32 = 1, NC_FLOAT16 = 2, NC_BFLOAT16 = 3 } nc_dtype;
@@ -46,7 +67,8 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
 #define NC_CAP_GENERAL_AXES 0x4u  /* normalized dims other than the last one alone */
 #define NC_CAP_WEIGHT_OFFSET 0x8u /* weight_offset != 0 (scale = offset + weight) */
 
-/* A strided host tensor. strides are in elements; shape and strides have `rank` entries. */
+/* A strided host tensor. strides are in elements, non-negative, and need not be dense (the host
+ * may pass padded or permuted inputs): index with them. shape and strides have `rank` entries. */
 typedef struct nc_tensor {
   void* data;
   int32_t dtype; /* nc_dtype */
@@ -62,12 +84,13 @@ typedef struct nc_tensor {
 typedef struct nc_named_tensor {
   const char* name;
   nc_tensor tensor;
-  int32_t written; /* outputs: the candidate sets 1 when it produced this output */
+  int32_t written; /* outputs: the candidate sets 1 when it produced this output; inputs: 0 */
 } nc_named_tensor;
 
 /* One case, with the semantics of reference/README.md. */
 typedef struct nc_case {
-  const char* case_id;
+  uint32_t struct_size; /* sizeof(nc_case) in the host's header: later fields are appended */
+  const char* case_id;  /* never NULL; "" when the host has no id for the case */
   int32_t op;        /* nc_op */
   int32_t direction; /* nc_direction */
   int32_t rank;
@@ -96,12 +119,15 @@ typedef struct nc_candidate {
   uint32_t dtypes;         /* for x, parameters, outputs and residual */
   uint32_t compute_dtypes; /* accumulation dtypes (the case's dtype_compute) */
   uint32_t directions;
-  const char* contracts; /* comma-separated contract names, or "*" for any */
+  const char* contracts; /* comma-separated contract names, or "*" for any; NULL: "exact" */
   uint32_t flags;        /* NC_CAP_* */
-  const char* device;    /* "cpu", "cuda", "opencl" ... */
+  const char* device;    /* "cpu", "cuda", "opencl" ...; NULL: "cpu" */
 
   /* Optional (may be NULL). init returns the state passed to the other calls; on failure it
-   * returns NULL and writes a reason to err (then every case is UNSUPPORTED with it). */
+   * returns NULL and writes a reason to err (then every case is UNSUPPORTED with it). A plugin
+   * without state leaves init NULL (the state is then NULL). The host may make several
+   * candidates from one library, each with its own init; fini ends each state that init made
+   * (or the NULL state when init is NULL), before the library is unloaded. */
   void* (*init)(char* err, size_t err_len);
   void (*fini)(void* state);
   /* Optional: 0 to take the case, non-zero to decline it with a reason (UNSUPPORTED). */
@@ -113,6 +139,10 @@ typedef struct nc_candidate {
 } nc_candidate;
 
 typedef const nc_candidate* (*nc_candidate_fn)(void);
+
+/* The entry point, declared here so that a plugin's definition gets C linkage and default
+ * visibility even in a C++ file or a -fvisibility=hidden build. */
+NORMCHECK_EXPORT const nc_candidate* normcheck_candidate(void);
 
 #ifdef __cplusplus
 }
