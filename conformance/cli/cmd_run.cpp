@@ -204,6 +204,15 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
                quote(a.fixtures), quote(r.case_id));
     std::fflush(stdout);
   };
+  // While the run goes on, every checked case is appended to a journal beside the results
+  // (JSON lines, flushed): if the process dies (an in-process plugin that segfaults), what was
+  // checked so far is kept there. Removed once the results files are written.
+  if (!a.json.empty()) opt.journal = a.json + ".partial.jsonl";
+  else if (!a.json_dir.empty()) opt.journal = a.json_dir + "/run.partial.jsonl";
+  if (!opt.journal.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(opt.journal, ec);
+  }
   std::vector<conf::CandidateRun> runs;
   fix::Provenance prov;
   try {
@@ -245,6 +254,10 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
       fmt::print(stderr, "normcheck: {}\n", e.what());
       return kExitBadInput;
     }
+  }
+  if (!opt.journal.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(opt.journal, ec);
   }
   print_table(runs);
   if (bad_input) return kExitBadInput;

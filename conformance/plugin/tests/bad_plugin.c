@@ -1,7 +1,11 @@
 /* Deliberately broken plugins for plugin_test.cpp: one source, one MODULE per BAD_* variant
  * (CMakeLists.txt). Apart from its fault, each takes fp32 LayerNorm forward and writes zeros. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#if defined(BAD_HANGS)
+#include <unistd.h>
+#endif
 
 #include "normcheck/candidate.h"
 
@@ -37,6 +41,18 @@ static int run(void* state, const nc_case* c, const nc_named_tensor* inputs, int
 #endif
 #ifdef BAD_SETS_FTZ
   set_ftz_daz();
+#endif
+#if defined(BAD_SEGFAULTS) || defined(BAD_HANGS)
+  {
+    static int calls = 0;
+    if (++calls == 2) { /* the second case: a wild write, or a kernel that never returns */
+#ifdef BAD_SEGFAULTS
+      raise(SIGSEGV);
+#else
+      for (;;) pause();
+#endif
+    }
+  }
 #endif
   for (i = 0; i < n_outputs; ++i) {
     const int is_y = strcmp(outputs[i].name, "y") == 0;

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# --isolate: a crash or a hang in a plugin becomes CRASHED / TIMEOUT for that case, with a repro
+# line, and the run goes on; in process, the crash kills normcheck but the journal keeps the
+# cases checked before it and no results file is left half-written.
+set -uo pipefail
+normcheck="$1" segv="$2" hang="$3" python="$4"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+"$normcheck" fixtures generate --tier smoke -o "$tmp/smoke.h5" >/dev/null || exit 1
+cases=(--cases 'ln_f32_*')  # the bad plugins take float32 LayerNorm forward
+
+count() {  # count FILE VERDICT
+  "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['summary'][sys.argv[2]])" "$1" "$2"
+}
+
+"$normcheck" run --candidate "plugin:$segv" --isolate --fixtures "$tmp/smoke.h5" "${cases[@]}" \
+  --json "$tmp/segv.json" >"$tmp/out" 2>&1
+code=$?
+[[ $code -eq 1 ]] || bad "isolated segfault: exit $code (want 1)"
+# Each fresh worker crashes on its own second case: crashes alternate with checked cases.
+[[ "$(count "$tmp/segv.json" CRASHED)" -ge 1 && "$(count "$tmp/segv.json" FAILED)" -ge 2 ]] ||
+  bad "isolated segfault: want CRASHED cases and checked cases after them"
+grep -q "SIGSEGV" "$tmp/out" || bad "isolated segfault: signal not named"
+grep -q "repro: normcheck run" "$tmp/out" || bad "isolated segfault: no repro line"
+total=$("$python" -c "import json,sys; print(len(json.load(open(sys.argv[1]))['cases']))" "$tmp/segv.json")
+[[ $total -ge 3 ]] || bad "isolated segfault: the run did not go on ($total cases)"
+
+"$normcheck" run --candidate "plugin:$hang" --isolate --timeout 2 --fixtures "$tmp/smoke.h5" "${cases[@]}" \
+  --json "$tmp/hang.json" >"$tmp/out" 2>&1
+code=$?
+[[ $code -eq 1 ]] || bad "isolated hang: exit $code (want 1)"
+[[ "$(count "$tmp/hang.json" TIMEOUT)" -ge 1 && "$(count "$tmp/hang.json" FAILED)" -ge 2 ]] ||
+  bad "isolated hang: want TIMEOUT cases and checked cases after them"
+
+"$normcheck" run --candidate "plugin:$segv" --fixtures "$tmp/smoke.h5" "${cases[@]}" \
+  --json "$tmp/inproc.json" >"$tmp/out" 2>&1
+code=$?
+[[ $code -ge 128 ]] || bad "in-process segfault: exit $code (want death by signal)"
+[[ ! -e "$tmp/inproc.json" ]] || bad "in-process segfault: a results file was written"
+[[ -s "$tmp/inproc.json.partial.jsonl" ]] || bad "in-process segfault: no journal"
+lines=$(wc -l <"$tmp/inproc.json.partial.jsonl")
+[[ $lines -eq 1 ]] || bad "in-process segfault: journal has $lines lines (want the 1 case before the crash)"
+echo "isolate: $failed failures"
+[[ $failed -eq 0 ]]
