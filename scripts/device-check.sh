@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The GPU device check: on a machine with an NVIDIA GPU, builds normcheck and the CUDA plugin,
+# generates the ci tier and runs the two GPU candidates over it, printing their verdict tables:
+#   builtin:cuda                  conformance/candidates/cuda/ (CUDA kernels on GPU 0)
+#   PyTorch on CUDA               conformance/python/torch_adapter.py --device cuda
+# Results files: $out/device/cuda.json and $out/device/torch_cuda.json.
+#
+# Exit status: 0 when both conform (nothing FAILED, CRASHED, TIMEOUT or MISSING, and builtin:cuda
+# passed at least one case), 1 when a candidate does not, 2 without a GPU, 3 when the build or
+# the fixtures fail. Sized for one go in about 10 minutes on a 16-core machine: only the two
+# targets are built (no tests, no benchmarks) and the ci tier is generated with every core.
+#
+# Environment: NORMCHECK_BUILD_DIR (default build/), NORMCHECK_OUT (default out/),
+# NORMCHECK_SKIP_BUILD=1 (use an existing build), NORMCHECK_PYTHON (default /usr/bin/python3, the
+# Python with torch), NORMCHECK_CUDA_ARCHITECTURES (default 80-real;90).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+build_dir="${NORMCHECK_BUILD_DIR:-$root/build}"
+out="${NORMCHECK_OUT:-$root/out}"
+python="${NORMCHECK_PYTHON:-/usr/bin/python3}"
+normcheck="$build_dir/bin/normcheck"
+mkdir -p "$out/device"
+
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L; then
+  echo "device-check: no NVIDIA GPU here (nvidia-smi -L failed or is absent); nothing to check" >&2
+  exit 2
+fi
+nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader || true
+command -v nvcc >/dev/null && nvcc --version | tail -n 2
+
+if [[ "${NORMCHECK_SKIP_BUILD:-0}" != 1 ]]; then
+  t0=$SECONDS
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  [[ -f "$build_dir/CMakeCache.txt" ]] && generator=()  # keep the generator it has
+  cuda_archs=()
+  [[ -n "${NORMCHECK_CUDA_ARCHITECTURES:-}" ]] && cuda_archs=(-DNORMCHECK_CUDA_ARCHITECTURES="$NORMCHECK_CUDA_ARCHITECTURES")
+  cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DNORMCHECK_BUILD_TESTS=OFF -DNORMCHECK_BUILD_BENCHMARKS=OFF "${cuda_archs[@]}" >/dev/null || {
+    echo "device-check: cmake configure failed" >&2
+    exit 3
+  }
+  cmake --build "$build_dir" --parallel "$(nproc)" --target normcheck normcheck_plugin_cuda || {
+    echo "device-check: build failed (normcheck_plugin_cuda exists only where CMake finds nvcc)" >&2
+    exit 3
+  }
+  echo "device-check: built in $((SECONDS - t0)) s"
+fi
+
+t0=$SECONDS
+"$normcheck" fixtures generate --tier ci -o "$out/ci.h5" --force || {
+  echo "device-check: fixtures generate failed" >&2
+  exit 3
+}
+echo "device-check: ci tier generated in $((SECONDS - t0)) s"
+
+# builtin:cuda once bundled plugins are listed as built-ins; the plugin file itself otherwise.
+cuda_spec=builtin:cuda
+if ! "$normcheck" candidates | grep -q "builtin:cuda"; then
+  cuda_spec="plugin:$build_dir/lib/normcheck/plugins/libnormcheck_cuda.so"
+fi
+
+# PASSED count of a results file (0 when it cannot be read).
+passed() {
+  "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["summary"].get("passed", 0))' "$1" 2>/dev/null ||
+    grep -o '"passed": *[0-9]*' "$1" 2>/dev/null | grep -o '[0-9]*$' || echo 0
+}
+
+status=0
+verdicts=()
+echo
+echo "=== $cuda_spec"
+t0=$SECONDS
+if timeout 300 "$normcheck" run --candidate "$cuda_spec" --fixtures "$out/ci.h5" --json "$out/device/cuda.json" --force; then
+  if [[ "$(passed "$out/device/cuda.json")" -gt 0 ]]; then
+    verdicts+=("builtin:cuda: conforms ($((SECONDS - t0)) s)")
+  else
+    # On a GPU machine every case UNSUPPORTED means init failed (no driver, no kernel image).
+    verdicts+=("builtin:cuda: NO CASE PASSED (see the UNSUPPORTED reason above)")
+    status=1
+  fi
+else
+  verdicts+=("builtin:cuda: FAILED (exit $?)")
+  status=1
+fi
+
+echo
+echo "=== PyTorch on CUDA ($python conformance/python/torch_adapter.py --device cuda)"
+t0=$SECONDS
+timeout 420 "$normcheck" run --candidate "cmd:$python conformance/python/torch_adapter.py --device cuda" \
+  --fixtures "$out/ci.h5" --json "$out/device/torch_cuda.json" --force
+rc=$?
+if ((rc == 0)) && [[ "$(passed "$out/device/torch_cuda.json")" -gt 0 ]]; then
+  verdicts+=("torch cuda: conforms ($((SECONDS - t0)) s)")
+elif ((rc == 0 || rc == 2)); then
+  # 2: the adapter could not start (no torch, or a torch without CUDA): no verdict on PyTorch,
+  # so it does not fail the check; the line above the summary says why.
+  verdicts+=("torch cuda: NOT RUN (the adapter could not start or declined every case; see above)")
+else
+  verdicts+=("torch cuda: FAILED (exit $rc)")
+  status=1
+fi
+
+echo
+echo "=== device-check summary"
+printf '  %s\n' "${verdicts[@]}"
+exit "$status"
