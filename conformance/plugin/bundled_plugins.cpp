@@ -3,14 +3,10 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdlib>
-#include <deque>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
-#include <utility>
 
 #include "plugin_loader.hpp"
 
@@ -22,20 +18,6 @@ namespace fs = std::filesystem;
 constexpr std::string_view kPrefix = "libnormcheck_";
 constexpr std::string_view kSuffix = ".so";
 
-// BuiltinEntry::make is a plain function pointer, so it cannot carry the plugin's path. Each
-// discovered plugin gets a slot in this table, and make_slot<I> makes the candidate of slot I.
-// 256 slots: the bundle has a handful of plugins (oneDNN, OpenCL, CUDA ...); a path seen again
-// (bundled_plugin_entries called twice) reuses its slot, so repeated scans do not use them up.
-constexpr std::size_t kMaxSlots = 256;
-
-struct Slot {
-  std::string name;  // <name> of libnormcheck_<name>.so
-  std::string path;
-};
-
-std::mutex slots_mutex;
-std::deque<Slot> slots;  // append-only: a slot index stays valid for the life of the process
-
 CandidateInfo failed_info(const std::string& name, const std::string& why) {
   CandidateInfo info;
   info.name = "builtin:" + name;
@@ -46,43 +28,12 @@ CandidateInfo failed_info(const std::string& name, const std::string& why) {
   return info;
 }
 
-std::unique_ptr<Candidate> make_from(const Slot& s) {
+std::unique_ptr<Candidate> make_from(const std::string& name, const std::string& path) {
   try {
-    return plugin::make_candidate_from(s.path, "builtin:" + s.name, CandidateKind::correct);
+    return plugin::make_candidate_from(path, "builtin:" + name, CandidateKind::correct);
   } catch (const std::invalid_argument& e) {
-    return plugin::make_declining(failed_info(s.name, e.what()), e.what());
+    return plugin::make_declining(failed_info(name, e.what()), e.what());
   }
-}
-
-template <std::size_t I>
-std::unique_ptr<Candidate> make_slot() {
-  Slot s;
-  {
-    std::lock_guard<std::mutex> guard(slots_mutex);
-    s = slots.at(I);
-  }
-  return make_from(s);
-}
-
-template <std::size_t... I>
-constexpr auto make_table(std::index_sequence<I...>) {
-  return std::array<std::unique_ptr<Candidate> (*)(), sizeof...(I)>{&make_slot<I>...};
-}
-constexpr auto kMakers = make_table(std::make_index_sequence<kMaxSlots>{});
-
-std::unique_ptr<Candidate> make_no_slot() {
-  const std::string why = fmt::format("more than {} bundled plugins", kMaxSlots);
-  return plugin::make_declining(failed_info("?", why), why);
-}
-
-// The slot of (name, path), or kMaxSlots when the table is full.
-std::size_t slot_of(const std::string& name, const std::string& path) {
-  std::lock_guard<std::mutex> guard(slots_mutex);
-  for (std::size_t i = 0; i < slots.size(); ++i)
-    if (slots[i].name == name && slots[i].path == path) return i;
-  if (slots.size() == kMaxSlots) return kMaxSlots;
-  slots.push_back({name, path});
-  return slots.size() - 1;
 }
 
 }  // namespace
@@ -114,12 +65,6 @@ std::vector<BuiltinEntry> bundled_plugin_entries() {
 
   std::vector<BuiltinEntry> entries;
   for (const auto& [name, path] : found) {
-    const std::size_t slot = slot_of(name, path);
-    if (slot == kMaxSlots) {
-      entries.push_back(
-          {failed_info(name, fmt::format("more than {} bundled plugins", kMaxSlots)), &make_no_slot});
-      continue;
-    }
     CandidateInfo info;
     try {
       // Only the descriptor: init (which may start a GPU context) waits for make().
@@ -128,7 +73,7 @@ std::vector<BuiltinEntry> bundled_plugin_entries() {
     } catch (const std::invalid_argument& e) {
       info = failed_info(name, e.what());
     }
-    entries.push_back({std::move(info), kMakers[slot]});
+    entries.push_back({std::move(info), [name, path] { return make_from(name, path); }});
   }
   return entries;
 }

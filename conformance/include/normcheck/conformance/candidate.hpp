@@ -3,6 +3,7 @@
 // calls it, and hands the outputs to the checker.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -87,7 +88,7 @@ class Candidate {
 // Built-in candidates: every correct kernel and every mutant bundled with normcheck.
 struct BuiltinEntry {
   CandidateInfo info;  // info.name is "builtin:NAME"
-  std::unique_ptr<Candidate> (*make)();
+  std::function<std::unique_ptr<Candidate>()> make;
 };
 const std::vector<BuiltinEntry>& builtin_candidates();
 
