@@ -159,7 +159,9 @@ class Model {
       : c_(c), g_(ref::geometry_of(c)), pts_(points_of(c)) {
     const DType ct = c.dtype_compute;
     const auto f = ref::format_of(ct);
-    cp_ = {ct, ref::unit_roundoff(ct), std::ldexp(1.0, f.min_exp - f.precision)};
+    // eta: one full subnormal spacing per rounding (twice the half-spacing a correctly rounded
+    // operation can lose), a margin for kernels that flush or round subnormal results twice.
+    cp_ = {ct, ref::unit_roundoff(ct), std::ldexp(1.0, f.min_exp - f.precision + 1)};
     x_ = &c.inputs.at("x");
     w_ = c.affine != ref::Affine::none ? find_input(c, "weight") : nullptr;
     b_ = c.affine == ref::Affine::weight_bias ? find_input(c, "bias") : nullptr;
