@@ -202,7 +202,10 @@ class Model {
       }
     }
     // Column sums of the backward pass: sum over rows of |terms| and of propagated errors.
-    std::vector<double> dw_abs(n, 0), dw_err(n, 0), db_abs(n, 0), db_err(n, 0), drb_abs(n, 0), drb_err(n, 0);
+    ColumnBound dw, db, drb;
+    dw.resize(n);
+    db.resize(n);
+    drb.resize(n);
     std::vector<std::uint8_t> col_nonfinite(n, 0);
     std::int64_t untrusted_rows = 0;
     RowModel worst;
@@ -271,11 +274,13 @@ class Model {
         }
         continue;
       }
-      backward_row(row, m, scale, e_scale, out, dw_abs, dw_err, db_abs, db_err, drb_abs, drb_err, col_nonfinite);
+      backward_row(row, m, scale, e_scale, out, dw, db, drb, col_nonfinite);
     }
     if (!fwd) {
       const double gr = cp_.gam(static_cast<double>(R + 1));
-      auto column = [&](const char* name, const std::vector<double>& abs, const std::vector<double>& err) {
+      auto column = [&](const char* name, const ColumnBound& cb) {
+        const auto& abs = cb.abs;
+        const auto& err = cb.err;
         auto it = out.find(name);
         if (it == out.end()) return;
         for (std::int64_t j = 0; j < n; ++j) {
@@ -291,9 +296,9 @@ class Model {
           else a = final_allowance(abs[j], err[j] + gr * abs[j] + static_cast<double>(R) * cp_.eta, c_.dtype_param);
         }
       };
-      column("dweight", dw_abs, dw_err);
-      column("dbias", db_abs, db_err);
-      column("dresidual_bias", drb_abs, drb_err);
+      column("dweight", dw);
+      column("dbias", db);
+      column("dresidual_bias", drb);
     }
     for (auto& [name, a] : out) {
       a.mistrusted = std::count_if(a.abs.begin(), a.abs.end(), [](double v) { return std::isnan(v); });
@@ -552,14 +557,69 @@ class Model {
   }
 
   // Section 4: the backward pass of one row, and its contributions to the column sums.
-  void backward_row(std::int64_t row, const RowModel& m, const std::vector<double>& scale,
-                    const std::vector<double>& e_scale, std::map<std::string, OutputAllowance>& out,
-                    std::vector<double>& dw_abs, std::vector<double>& dw_err, std::vector<double>& db_abs,
-                    std::vector<double>& db_err, std::vector<double>& drb_abs, std::vector<double>& drb_err,
-                    std::vector<std::uint8_t>& col_nonfinite) const {
-    const std::int64_t n = g_.cols;
+  // Column sums of one parameter tensor: per element, the sum over rows of |term| and of the
+  // propagated errors (section 4: allowance = err + gam(R+1) abs + R eta).
+  struct ColumnBound {
+    std::vector<double> abs, err;
+    void resize(std::size_t n) {
+      abs.assign(n, 0.0);
+      err.assign(n, 0.0);
+    }
+  };
+
+  // Section 4 for one row: the upstream gradient dy (errors e_dy) through the norm whose row
+  // model is m and whose scale is scale (errors e_scale; nullptr: no weight): dh and its
+  // errors, and the row's terms of dweight (sum dy x-hat) and dbias (sum dy).
+  void norm_back(const RowModel& m, const double* scale, const double* e_scale, const std::vector<double>& dy,
+                 const std::vector<double>& e_dy, std::vector<double>& dh, std::vector<double>& e_dh, ColumnBound* dw,
+                 ColumnBound* db, std::size_t col0) const {
+    const auto n = static_cast<std::int64_t>(dy.size());
     const double nd = static_cast<double>(n);
     const bool ln = c_.op == ref::Op::layernorm;
+    std::vector<double> gv(n), e_g(n);
+    double s_g = 0, s_abs_g = 0, s_eg = 0, s_gx = 0, s_abs_gx = 0, s_e_gx = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double sc = scale ? scale[j] : 1.0, e_sc = scale ? e_scale[j] : 0.0;
+      gv[j] = dy[j] * sc;
+      e_g[j] = std::fabs(dy[j]) * e_sc + e_dy[j] * std::fabs(sc) + (scale ? cp_.u * std::fabs(gv[j]) : 0.0);
+      s_g += gv[j];
+      s_abs_g += std::fabs(gv[j]);
+      s_eg += e_g[j];
+      s_gx += gv[j] * m.xhat[j];
+      s_abs_gx += std::fabs(gv[j] * m.xhat[j]);
+      s_e_gx += std::fabs(gv[j]) * m.e_xhat[j] + std::fabs(m.xhat[j]) * e_g[j] + e_g[j] * m.e_xhat[j];
+      const std::size_t c = col0 + static_cast<std::size_t>(j);
+      if (dw) {
+        dw->abs[c] += std::fabs(dy[j] * m.xhat[j]);
+        dw->err[c] += std::fabs(dy[j]) * m.e_xhat[j] + e_dy[j] * (std::fabs(m.xhat[j]) + m.e_xhat[j]) +
+                      cp_.u * std::fabs(dy[j] * m.xhat[j]);
+      }
+      if (db) {
+        db->abs[c] += std::fabs(dy[j]);
+        db->err[c] += e_dy[j];
+      }
+    }
+    const double gbar = ln ? s_g / nd : 0.0;
+    const double e_gbar = ln ? s_eg / nd + cp_.gam(nd + 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
+    const double m2 = s_gx / nd;
+    const double e_m2 = s_e_gx / nd + cp_.gam(nd + 2) * s_abs_gx / nd + nd * cp_.eta;
+    dh.resize(n);
+    e_dh.resize(n);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double xh = m.xhat[j], e_xh = m.e_xhat[j];
+      const double K = gv[j] - gbar - xh * m2;
+      const double e_K = e_g[j] + e_gbar + std::fabs(xh) * e_m2 + e_xh * std::fabs(m2) + e_xh * e_m2 +
+                         cp_.gam(3) * (std::fabs(gv[j]) + std::fabs(gbar) + std::fabs(xh * m2));
+      dh[j] = m.rstd * K;
+      e_dh[j] = m.rstd * e_K * (1 + m.e_rstd_rel) + std::fabs(dh[j]) * m.e_rstd_rel + cp_.u * std::fabs(dh[j]);
+    }
+  }
+
+  // Section 4: the backward pass of one row, and its contributions to the column sums.
+  void backward_row(std::int64_t row, const RowModel& m, const std::vector<double>& scale,
+                    const std::vector<double>& e_scale, std::map<std::string, OutputAllowance>& out, ColumnBound& dw,
+                    ColumnBound& db, ColumnBound& drb, std::vector<std::uint8_t>& col_nonfinite) const {
+    const std::int64_t n = g_.cols;
     const std::int64_t base = g_.row_base[row];
     auto& dx = out.at("dx");
     auto* dres = r_ ? &out.at("dresidual") : nullptr;
@@ -579,28 +639,12 @@ class Model {
       }
       return;
     }
-    std::vector<double> gv(n), e_g(n);
-    double s_g = 0, s_abs_g = 0, s_eg = 0, s_gx = 0, s_abs_gx = 0, s_e_gx = 0;
+    std::vector<double> dy(n), e_dy(n), dh, e_dh;
     for (std::int64_t j = 0; j < n; ++j) {
-      const double dy = value(dy_, base + g_.col_delta[j]);
-      gv[j] = dy * scale[j];
-      e_g[j] = std::fabs(dy) * e_scale[j] + cp_.conv(dy, c_.dtype_out) * std::fabs(scale[j]) + (w_ ? cp_.u * std::fabs(gv[j]) : 0.0);
-      s_g += gv[j];
-      s_abs_g += std::fabs(gv[j]);
-      s_eg += e_g[j];
-      s_gx += gv[j] * m.xhat[j];
-      s_abs_gx += std::fabs(gv[j] * m.xhat[j]);
-      s_e_gx += std::fabs(gv[j]) * m.e_xhat[j] + std::fabs(m.xhat[j]) * e_g[j] + e_g[j] * m.e_xhat[j];
-      // Column sums: dweight = sum dy * xhat, dbias = sum dy.
-      dw_abs[j] += std::fabs(dy * m.xhat[j]);
-      dw_err[j] += std::fabs(dy) * m.e_xhat[j] + cp_.conv(dy, c_.dtype_out) * std::fabs(m.xhat[j]) + cp_.u * std::fabs(dy * m.xhat[j]);
-      db_abs[j] += std::fabs(dy);
-      db_err[j] += cp_.conv(dy, c_.dtype_out);
+      dy[j] = value(dy_, base + g_.col_delta[j]);
+      e_dy[j] = cp_.conv(dy[j], c_.dtype_out);
     }
-    const double gbar = ln ? s_g / nd : 0.0;
-    const double e_gbar = ln ? s_eg / nd + cp_.gam(nd + 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
-    const double m2 = s_gx / nd;
-    const double e_m2 = s_e_gx / nd + cp_.gam(nd + 2) * s_abs_gx / nd + nd * cp_.eta;
+    norm_back(m, w_ ? scale.data() : nullptr, e_scale.data(), dy, e_dy, dh, e_dh, &dw, &db, 0);
     for (std::int64_t j = 0; j < n; ++j) {
       const std::size_t k = static_cast<std::size_t>(base + g_.col_delta[j]);
       if (!m.trusted) {
@@ -608,18 +652,12 @@ class Model {
         if (dres) dres->abs[k] = kNaN;
         continue;
       }
-      const double xh = m.xhat[j], e_xh = m.e_xhat[j];
-      const double K = gv[j] - gbar - xh * m2;
-      const double e_K = e_g[j] + e_gbar + std::fabs(xh) * e_m2 + e_xh * std::fabs(m2) + e_xh * e_m2 +
-                         cp_.gam(3) * (std::fabs(gv[j]) + std::fabs(gbar) + std::fabs(xh * m2));
-      const double dh = m.rstd * K;
-      const double e_dh = m.rstd * e_K * (1 + m.e_rstd_rel) + std::fabs(dh) * m.e_rstd_rel + cp_.u * std::fabs(dh);
-      const double dxv = c_.alpha * dh;
-      const double e_dx = std::fabs(c_.alpha) * e_dh + (c_.alpha != 1 ? cp_.u * std::fabs(dxv) : 0.0);
+      const double dxv = c_.alpha * dh[j];
+      const double e_dx = std::fabs(c_.alpha) * e_dh[j] + (c_.alpha != 1 ? cp_.u * std::fabs(dxv) : 0.0);
       dx.abs[k] = final_allowance(dxv, e_dx, c_.dtype_x);
-      if (dres) dres->abs[k] = final_allowance(dh, e_dh, c_.dtype_residual);
-      drb_abs[j] += std::fabs(dh);
-      drb_err[j] += e_dh;
+      if (dres) dres->abs[k] = final_allowance(dh[j], e_dh[j], c_.dtype_residual);
+      drb.abs[j] += std::fabs(dh[j]);
+      drb.err[j] += e_dh[j];
     }
   }
 
