@@ -31,13 +31,16 @@ command -v nvcc >/dev/null && nvcc --version | tail -n 2
 
 if [[ "${NORMCHECK_SKIP_BUILD:-0}" != 1 ]]; then
   t0=$SECONDS
-  generator=()
-  command -v ninja >/dev/null && generator=(-G Ninja)
-  [[ -f "$build_dir/CMakeCache.txt" ]] && generator=()  # keep the generator it has
-  cuda_archs=()
-  [[ -n "${NORMCHECK_CUDA_ARCHITECTURES:-}" ]] && cuda_archs=(-DNORMCHECK_CUDA_ARCHITECTURES="$NORMCHECK_CUDA_ARCHITECTURES")
-  cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DNORMCHECK_BUILD_TESTS=OFF -DNORMCHECK_BUILD_BENCHMARKS=OFF "${cuda_archs[@]}" >/dev/null || {
+  # A fresh build directory is configured without tests and benchmarks (nothing to find for
+  # them, e.g. GTest, on a bare GPU machine); an existing one keeps its configuration.
+  options=()
+  if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
+    options=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DNORMCHECK_BUILD_TESTS=OFF -DNORMCHECK_BUILD_BENCHMARKS=OFF)
+    command -v ninja >/dev/null && options+=(-G Ninja)
+  fi
+  [[ -n "${NORMCHECK_CUDA_ARCHITECTURES:-}" ]] &&
+    options+=(-DNORMCHECK_CUDA_ARCHITECTURES="$NORMCHECK_CUDA_ARCHITECTURES")
+  cmake -S "$root" -B "$build_dir" "${options[@]}" >/dev/null || {
     echo "device-check: cmake configure failed" >&2
     exit 3
   }
@@ -57,7 +60,8 @@ echo "device-check: ci tier generated in $((SECONDS - t0)) s"
 
 # builtin:cuda once bundled plugins are listed as built-ins; the plugin file itself otherwise.
 cuda_spec=builtin:cuda
-if ! "$normcheck" candidates | grep -q "builtin:cuda"; then
+# (grep without -q reads to the end: under pipefail an early exit would fail the pipeline.)
+if ! "$normcheck" candidates 2>/dev/null | grep "builtin:cuda" >/dev/null; then
   cuda_spec="plugin:$build_dir/lib/normcheck/plugins/libnormcheck_cuda.so"
 fi
 
@@ -74,14 +78,14 @@ echo "=== $cuda_spec"
 t0=$SECONDS
 if timeout 300 "$normcheck" run --candidate "$cuda_spec" --fixtures "$out/ci.h5" --json "$out/device/cuda.json" --force; then
   if [[ "$(passed "$out/device/cuda.json")" -gt 0 ]]; then
-    verdicts+=("builtin:cuda: conforms ($((SECONDS - t0)) s)")
+    verdicts+=("$cuda_spec: conforms ($((SECONDS - t0)) s)")
   else
     # On a GPU machine every case UNSUPPORTED means init failed (no driver, no kernel image).
-    verdicts+=("builtin:cuda: NO CASE PASSED (see the UNSUPPORTED reason above)")
+    verdicts+=("$cuda_spec: NO CASE PASSED (see the UNSUPPORTED reason above)")
     status=1
   fi
 else
-  verdicts+=("builtin:cuda: FAILED (exit $?)")
+  verdicts+=("$cuda_spec: FAILED (exit $?)")
   status=1
 fi
 

@@ -1,5 +1,7 @@
 #include "exact.hpp"
 
+#include "normcheck/reference/evaluate.hpp"
+
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -114,3 +116,9 @@ bool decide(const Enclosure& e, DType t, double& out) {
 }
 
 }  // namespace normcheck::ref::detail
+
+namespace normcheck::ref {
+
+void release_thread_caches() { mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE); }
+
+}  // namespace normcheck::ref

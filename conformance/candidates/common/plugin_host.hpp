@@ -10,7 +10,9 @@
 #pragma once
 
 #include <bit>
+#include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -24,6 +26,17 @@ inline nc_named_tensor* find(const nc_named_tensor* list, std::int32_t n, std::s
   for (std::int32_t i = 0; i < n; ++i)
     if (name == list[i].name) return const_cast<nc_named_tensor*>(&list[i]);
   return nullptr;
+}
+
+// Writes a reason, printf-style, and returns 1: `return decline(reason, reason_len, "...", ...);`
+// in a plugin's supports().
+[[gnu::format(printf, 3, 4)]] inline int decline(char* reason, std::size_t reason_len, const char* format,
+                                                 ...) {
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(reason, reason_len, format, args);
+  va_end(args);
+  return 1;
 }
 
 inline std::size_t size_of(std::int32_t dtype) {
@@ -117,7 +130,9 @@ inline std::uint64_t round_bits(double v, int man_bits, int exp_bits) {
 
 inline std::uint16_t to_half(double v) { return static_cast<std::uint16_t>(round_bits(v, 10, 5)); }
 inline std::uint16_t to_bf16(double v) { return static_cast<std::uint16_t>(round_bits(v, 7, 8)); }
-inline float to_float(double v) { return std::bit_cast<float>(static_cast<std::uint32_t>(round_bits(v, 23, 8))); }
+inline float to_float(double v) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(round_bits(v, 23, 8)));
+}
 
 // Stores v into element `off` of a tensor of `dtype`, rounded once.
 inline void store(void* data, std::int32_t dtype, std::int64_t off, double v) {
@@ -204,8 +219,24 @@ inline Layout layout_of(const nc_tensor& t, const Geometry& g, std::string_view 
 
 // Packs t into a dense row-major array of T (float, double), converting each value exactly
 // (or, for a float64 input into float, rounding it once: the conversion a kernel would do).
+// True when the columns are the elements 0, 1, 2 ... of each row (the usual dense layout), so
+// that a row can be copied in one piece.
+inline bool contiguous(const Layout& l) {
+  for (std::size_t k = 0; k < l.col.size(); ++k)
+    if (l.col[k] != static_cast<std::int64_t>(k)) return false;
+  return true;
+}
+
 template <class T>
 void gather(const nc_tensor& t, const Layout& l, T* dst) {
+  const bool same = (t.dtype == NC_FLOAT32 && sizeof(T) == 4) || (t.dtype == NC_FLOAT64 && sizeof(T) == 8);
+  if (same && contiguous(l)) {  // no conversion: plain row copies
+    for (std::int64_t r : l.row) {
+      std::memcpy(dst, static_cast<const T*>(t.data) + r, l.col.size() * sizeof(T));
+      dst += l.col.size();
+    }
+    return;
+  }
   std::size_t k = 0;
   for (std::int64_t r : l.row)
     for (std::int64_t c : l.col) dst[k++] = static_cast<T>(load(t.data, t.dtype, r + c));
@@ -214,6 +245,14 @@ void gather(const nc_tensor& t, const Layout& l, T* dst) {
 // Unpacks a dense row-major array of T into t, rounding each value once to t's dtype.
 template <class T>
 void scatter(const T* src, const Layout& l, nc_tensor& t) {
+  const bool same = (t.dtype == NC_FLOAT32 && sizeof(T) == 4) || (t.dtype == NC_FLOAT64 && sizeof(T) == 8);
+  if (same && contiguous(l)) {
+    for (std::int64_t r : l.row) {
+      std::memcpy(static_cast<T*>(t.data) + r, src, l.col.size() * sizeof(T));
+      src += l.col.size();
+    }
+    return;
+  }
   std::size_t k = 0;
   for (std::int64_t r : l.row)
     for (std::int64_t c : l.col) store(t.data, t.dtype, r + c, static_cast<double>(src[k++]));
@@ -224,22 +263,36 @@ inline void gather_raw(const nc_tensor& t, const Layout& l, void* dst) {
   const std::size_t es = size_of(t.dtype);
   auto* out = static_cast<unsigned char*>(dst);
   const auto* in = static_cast<const unsigned char*>(t.data);
-  for (std::int64_t r : l.row)
+  const bool rows_whole = contiguous(l);
+  for (std::int64_t r : l.row) {
+    if (rows_whole) {
+      std::memcpy(out, in + static_cast<std::size_t>(r) * es, l.col.size() * es);
+      out += l.col.size() * es;
+      continue;
+    }
     for (std::int64_t c : l.col) {
       std::memcpy(out, in + static_cast<std::size_t>(r + c) * es, es);
       out += es;
     }
+  }
 }
 
 inline void scatter_raw(const void* src, const Layout& l, nc_tensor& t) {
   const std::size_t es = size_of(t.dtype);
   const auto* in = static_cast<const unsigned char*>(src);
   auto* out = static_cast<unsigned char*>(t.data);
-  for (std::int64_t r : l.row)
+  const bool rows_whole = contiguous(l);
+  for (std::int64_t r : l.row) {
+    if (rows_whole) {
+      std::memcpy(out + static_cast<std::size_t>(r) * es, in, l.col.size() * es);
+      in += l.col.size() * es;
+      continue;
+    }
     for (std::int64_t c : l.col) {
       std::memcpy(out + static_cast<std::size_t>(r + c) * es, in, es);
       in += es;
     }
+  }
 }
 
 // ---- Precision contracts --------------------------------------------------------------------

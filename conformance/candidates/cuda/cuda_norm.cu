@@ -64,8 +64,8 @@ Device* open_device(std::string& why) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    why = "no CUDA device (cudaGetDeviceCount: " + std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) +
-          ")";
+    why = "no CUDA device (cudaGetDeviceCount: " + std::string(cudaGetErrorName(e)) + ": " +
+          cudaGetErrorString(e) + ")";
     return nullptr;
   }
   if (count == 0) {
@@ -83,8 +83,8 @@ Device* open_device(std::string& why) {
   // A build without code for this GPU fails here, with a reason, rather than at every launch.
   cudaFuncAttributes attr{};
   if ((e = cudaFuncGetAttributes(&attr, norm_forward<float>)) != cudaSuccess) {
-    why = error_text(("no kernel image for " + d->name + " in this build (set NORMCHECK_CUDA_ARCHITECTURES)").c_str(),
-                     e);
+    why = error_text(
+        ("no kernel image for " + d->name + " in this build (set NORMCHECK_CUDA_ARCHITECTURES)").c_str(), e);
     delete d;
     return nullptr;
   }
@@ -118,7 +118,8 @@ std::string launch(Device& d, const Problem& p, Args& a) {
   if (p.backward && (a.dw || a.db || a.drb)) {
     const unsigned blocks = static_cast<unsigned>((p.cols + 255) / 256);
     norm_backward_cols<T><<<blocks, 256, 0, d.stream>>>(a);
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return error_text("column kernel launch", e);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+      return error_text("column kernel launch", e);
   }
   return {};
 }
@@ -187,7 +188,8 @@ std::string run_problem(Device* d, const Problem& p) {
 
   auto download = [&](const char* role, const HostBuffer& h, const void* dev, size_t n) {
     if (!h.data || !dev || n == 0 || !failure.empty()) return;
-    if (const cudaError_t e = cudaMemcpyAsync(h.data, dev, n * size_of(h.dtype), cudaMemcpyDeviceToHost, d->stream);
+    if (const cudaError_t e =
+            cudaMemcpyAsync(h.data, dev, n * size_of(h.dtype), cudaMemcpyDeviceToHost, d->stream);
         e != cudaSuccess)
       failure = error_text(role, e);
   };

@@ -22,7 +22,6 @@
 
 namespace normcheck::cuda_candidate::device {
 
-
 enum Flags : int {
   kRms = 1,
   kWeight = 2,
@@ -33,7 +32,8 @@ enum Flags : int {
   kOffset = 64,
 };
 
-// A launch's pointers (device memory, or host memory under the emulator; nullptr where absent), dtypes and scalars, by value.
+// A launch's pointers (device memory, or host memory under the emulator; nullptr where absent), dtypes and
+// scalars, by value.
 struct Args {
   const void *x, *res, *rbias, *w, *b, *dy;
   void *y, *h_out, *mean, *rstd, *dx, *dres, *xhat, *dh, *dw, *db, *drb;

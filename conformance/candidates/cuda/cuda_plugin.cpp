@@ -38,15 +38,15 @@ void fini(void* state) { close_device(static_cast<Device*>(state)); }
 int supports(void* state, const nc_case* c, char* reason, size_t reason_len) {
   const ph::Geometry g = ph::geometry_of(*c);
   if (!ph::rounding_points(*c).ok)
-    return std::snprintf(reason, reason_len, "contract %s not known to this plugin", c->contract), 1;
+    return ph::decline(reason, reason_len, "contract %s not known to this plugin", c->contract);
   if (c->weight_offset != 0 && c->affine == NC_AFFINE_NONE)
-    return std::snprintf(reason, reason_len, "weight_offset without a weight"), 1;
+    return ph::decline(reason, reason_len, "weight_offset without a weight");
   if (g.cols < 1 || g.cols > std::numeric_limits<int>::max())
-    return std::snprintf(reason, reason_len, "row length %lld out of range", static_cast<long long>(g.cols)), 1;
+    return ph::decline(reason, reason_len, "row length %lld out of range", static_cast<long long>(g.cols));
   if (g.rows > std::numeric_limits<int>::max())
-    return std::snprintf(reason, reason_len, "%lld rows: more than one grid", static_cast<long long>(g.rows)), 1;
+    return ph::decline(reason, reason_len, "%lld rows: more than one grid", static_cast<long long>(g.rows));
   if (const std::string why = declines(static_cast<const Device*>(state), g.rows, g.cols); !why.empty())
-    return std::snprintf(reason, reason_len, "%s", why.c_str()), 1;
+    return ph::decline(reason, reason_len, "%s", why.c_str());
   return 0;
 }
 

@@ -22,7 +22,8 @@
 
 #define NC_STR2(x) #x
 #define NC_STR(x) NC_STR2(x)
-#define ONEDNN_VERSION_TEXT NC_STR(DNNL_VERSION_MAJOR) "." NC_STR(DNNL_VERSION_MINOR) "." NC_STR(DNNL_VERSION_PATCH)
+#define ONEDNN_VERSION_TEXT \
+  NC_STR(DNNL_VERSION_MAJOR) "." NC_STR(DNNL_VERSION_MINOR) "." NC_STR(DNNL_VERSION_PATCH)
 
 namespace normcheck::onednn_candidate {
 namespace {
@@ -81,30 +82,30 @@ struct Plan {
     // forward_training: the statistics are outputs (forward_inference computes them but does
     // not return them).
     fwd = dnnl::layer_normalization_forward::primitive_desc(
-        dnnl::layer_normalization_forward::desc(prop_kind::forward_training, data, stat, eps, flags), s.engine);
+        dnnl::layer_normalization_forward::desc(prop_kind::forward_training, data, stat, eps, flags),
+        s.engine);
     if (c.direction == NC_BACKWARD)
       bwd = dnnl::layer_normalization_backward::primitive_desc(
-          dnnl::layer_normalization_backward::desc(prop_kind::backward, data, data, stat, eps, flags), s.engine,
-          fwd);
+          dnnl::layer_normalization_backward::desc(prop_kind::backward, data, data, stat, eps, flags),
+          s.engine, fwd);
   }
 };
 
 int supports(void* state, const nc_case* c, char* reason, size_t reason_len) {
   if (c->dtype_x != c->dtype_out)
-    return std::snprintf(reason, reason_len,
-                         "oneDNN 2.6 layer normalization takes one data type for src and dst (x is %s, y %s)",
-                         ph::dtype_name(c->dtype_x), ph::dtype_name(c->dtype_out)),
-           1;
+    return ph::decline(reason, reason_len,
+                       "oneDNN %d.%d layer normalization takes one data type for src and dst (x is %s, y %s)",
+                       DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, ph::dtype_name(c->dtype_x),
+                       ph::dtype_name(c->dtype_out));
   const ph::Geometry g = ph::geometry_of(*c);
-  if (g.rows < 1 || g.cols < 1) return std::snprintf(reason, reason_len, "an empty tensor"), 1;
+  if (g.rows < 1 || g.cols < 1) return ph::decline(reason, reason_len, "an empty tensor");
   try {
     Plan plan(*static_cast<const State*>(state), *c);
   } catch (const dnnl::error& e) {
-    return std::snprintf(reason, reason_len, "oneDNN %d.%d has no CPU implementation for this case: %s",
-                         DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, e.what()),
-           1;
+    return ph::decline(reason, reason_len, "oneDNN %d.%d has no CPU implementation for this case: %s",
+                       DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR, e.what());
   } catch (const std::exception& e) {
-    return std::snprintf(reason, reason_len, "%s", e.what()), 1;
+    return ph::decline(reason, reason_len, "%s", e.what());
   }
   return 0;
 }
@@ -141,11 +142,11 @@ void run_case(State& s, const nc_case& c, const nc_named_tensor* inputs, std::in
   memory scale_m(param_desc, s.engine, scale.data()), shift_m(param_desc, s.engine, shift.data());
 
   dnnl::layer_normalization_forward(plan.fwd).execute(s.stream, {{DNNL_ARG_SRC, src_m},
-                                                                  {DNNL_ARG_DST, dst_m},
-                                                                  {DNNL_ARG_MEAN, mean_m},
-                                                                  {DNNL_ARG_VARIANCE, var_m},
-                                                                  {DNNL_ARG_SCALE, scale_m},
-                                                                  {DNNL_ARG_SHIFT, shift_m}});
+                                                                 {DNNL_ARG_DST, dst_m},
+                                                                 {DNNL_ARG_MEAN, mean_m},
+                                                                 {DNNL_ARG_VARIANCE, var_m},
+                                                                 {DNNL_ARG_SCALE, scale_m},
+                                                                 {DNNL_ARG_SHIFT, shift_m}});
   s.stream.wait();
 
   // rstd from oneDNN's variance, in float32 as oneDNN itself forms 1/sqrt(var + eps).
@@ -177,16 +178,17 @@ void run_case(State& s, const nc_case& c, const nc_named_tensor* inputs, std::in
   ph::gather_raw(dy->tensor, ph::x_layout(dy->tensor, g), diff_dst.data());
   std::vector<float> diff_scale(static_cast<size_t>(plan.cols)), diff_shift(static_cast<size_t>(plan.cols));
   memory diff_dst_m(plan.data, s.engine, diff_dst.data()), diff_src_m(plan.data, s.engine, diff_src.data());
-  memory diff_scale_m(param_desc, s.engine, diff_scale.data()), diff_shift_m(param_desc, s.engine, diff_shift.data());
+  memory diff_scale_m(param_desc, s.engine, diff_scale.data()),
+      diff_shift_m(param_desc, s.engine, diff_shift.data());
   dnnl::layer_normalization_backward(plan.bwd).execute(s.stream, {{DNNL_ARG_SRC, src_m},
-                                                                   {DNNL_ARG_MEAN, mean_m},
-                                                                   {DNNL_ARG_VARIANCE, var_m},
-                                                                   {DNNL_ARG_DIFF_DST, diff_dst_m},
-                                                                   {DNNL_ARG_SCALE, scale_m},
-                                                                   {DNNL_ARG_SHIFT, shift_m},
-                                                                   {DNNL_ARG_DIFF_SRC, diff_src_m},
-                                                                   {DNNL_ARG_DIFF_SCALE, diff_scale_m},
-                                                                   {DNNL_ARG_DIFF_SHIFT, diff_shift_m}});
+                                                                  {DNNL_ARG_MEAN, mean_m},
+                                                                  {DNNL_ARG_VARIANCE, var_m},
+                                                                  {DNNL_ARG_DIFF_DST, diff_dst_m},
+                                                                  {DNNL_ARG_SCALE, scale_m},
+                                                                  {DNNL_ARG_SHIFT, shift_m},
+                                                                  {DNNL_ARG_DIFF_SRC, diff_src_m},
+                                                                  {DNNL_ARG_DIFF_SCALE, diff_scale_m},
+                                                                  {DNNL_ARG_DIFF_SHIFT, diff_shift_m}});
   s.stream.wait();
   if (nc_named_tensor* t = ph::find(outputs, n_out, "dx")) {
     ph::scatter_raw(diff_src.data(), ph::x_layout(t->tensor, g), t->tensor);
@@ -222,8 +224,8 @@ constexpr nc_candidate kCandidate = {
     sizeof(nc_candidate),
     "onednn",
     "oneDNN " ONEDNN_VERSION_TEXT
-    " layer_normalization_forward/_backward, CPU engine; LayerNorm over the last dim, float32 and bfloat16 data, "
-    "float32 statistics",
+    " layer_normalization_forward/_backward, CPU engine; LayerNorm over the last dim, float32 and "
+    "bfloat16 data, float32 statistics",
     1u << NC_LAYERNORM,  // oneDNN 2.x has no RMSNorm
     (1u << NC_FLOAT32) | (1u << NC_BFLOAT16),
     1u << NC_FLOAT32,

@@ -136,10 +136,11 @@ Program build(State& s, bool fp64) {
   size_t device_max = 1, fwd_max = 1, bwd_max = 1;
   check(clGetDeviceInfo(s.device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof device_max, &device_max, nullptr),
         "clGetDeviceInfo(CL_DEVICE_MAX_WORK_GROUP_SIZE)");
-  check(clGetKernelWorkGroupInfo(p.forward, s.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof fwd_max, &fwd_max, nullptr),
-        "clGetKernelWorkGroupInfo");
-  check(clGetKernelWorkGroupInfo(p.backward_rows, s.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof bwd_max, &bwd_max,
+  check(clGetKernelWorkGroupInfo(p.forward, s.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof fwd_max, &fwd_max,
                                  nullptr),
+        "clGetKernelWorkGroupInfo");
+  check(clGetKernelWorkGroupInfo(p.backward_rows, s.device, CL_KERNEL_WORK_GROUP_SIZE, sizeof bwd_max,
+                                 &bwd_max, nullptr),
         "clGetKernelWorkGroupInfo");
   p.max_group = std::min({device_max, fwd_max, bwd_max});
   return p;
@@ -151,7 +152,8 @@ void* init(char* err, size_t err_len) {
     cl_uint n_platforms = 0;
     const cl_int rc = clGetPlatformIDs(0, nullptr, &n_platforms);
     if (rc != CL_SUCCESS || n_platforms == 0) {
-      std::snprintf(err, err_len, "no OpenCL platform: install pocl-opencl-icd (clGetPlatformIDs: error %d)", rc);
+      std::snprintf(err, err_len, "no OpenCL platform: install pocl-opencl-icd (clGetPlatformIDs: error %d)",
+                    rc);
       return nullptr;
     }
     std::vector<cl_platform_id> platforms(n_platforms);
@@ -198,16 +200,16 @@ int supports(void* state, const nc_case* c, char* reason, size_t reason_len) {
   const auto* s = static_cast<const State*>(state);
   const ph::Geometry g = ph::geometry_of(*c);
   const ph::RoundingPoints rp = ph::rounding_points(*c);
-  if (!rp.ok) return std::snprintf(reason, reason_len, "contract %s not known to this plugin", c->contract), 1;
+  if (!rp.ok) return ph::decline(reason, reason_len, "contract %s not known to this plugin", c->contract);
   if (c->dtype_compute == NC_FLOAT64 && !s->fp64)
-    return std::snprintf(reason, reason_len, "float64 compute: %s has no cl_khr_fp64", s->device_name.c_str()), 1;
+    return ph::decline(reason, reason_len, "float64 compute: %s has no cl_khr_fp64", s->device_name.c_str());
   if (c->dtype_compute == NC_FLOAT64 &&
       (rp.h == NC_BFLOAT16 || rp.xhat == NC_BFLOAT16 || rp.scale == NC_BFLOAT16 || rp.mul == NC_BFLOAT16))
-    return std::snprintf(reason, reason_len, "a bfloat16 rounding point under float64 compute"), 1;
+    return ph::decline(reason, reason_len, "a bfloat16 rounding point under float64 compute");
   if (c->weight_offset != 0 && c->affine == NC_AFFINE_NONE)
-    return std::snprintf(reason, reason_len, "weight_offset without a weight"), 1;
+    return ph::decline(reason, reason_len, "weight_offset without a weight");
   if (g.cols < 1 || g.cols > std::numeric_limits<int>::max())
-    return std::snprintf(reason, reason_len, "row length %lld out of range", static_cast<long long>(g.cols)), 1;
+    return ph::decline(reason, reason_len, "row length %lld out of range", static_cast<long long>(g.cols));
   return 0;
 }
 
@@ -249,7 +251,8 @@ int run_typed(State& s, const nc_case& c, const nc_named_tensor* inputs, std::in
     ph::gather(t->tensor, l, host.data());
     cl_mem m = s.buffer(name, host.size() * sizeof(T));
     if (!host.empty())
-      check(clEnqueueWriteBuffer(s.queue, m, CL_TRUE, 0, host.size() * sizeof(T), host.data(), 0, nullptr, nullptr),
+      check(clEnqueueWriteBuffer(s.queue, m, CL_TRUE, 0, host.size() * sizeof(T), host.data(), 0, nullptr,
+                                 nullptr),
             "clEnqueueWriteBuffer");
     return m;
   };
@@ -264,7 +267,8 @@ int run_typed(State& s, const nc_case& c, const nc_named_tensor* inputs, std::in
     const ph::Layout l = ph::layout_of(t->tensor, g, name);
     std::vector<T> host(l.row.size() * l.col.size());
     if (!host.empty())
-      check(clEnqueueReadBuffer(s.queue, m, CL_TRUE, 0, host.size() * sizeof(T), host.data(), 0, nullptr, nullptr),
+      check(clEnqueueReadBuffer(s.queue, m, CL_TRUE, 0, host.size() * sizeof(T), host.data(), 0, nullptr,
+                                nullptr),
             "clEnqueueReadBuffer");
     ph::scatter(host.data(), l, t->tensor);
     t->written = 1;
@@ -312,8 +316,9 @@ int run_typed(State& s, const nc_case& c, const nc_named_tensor* inputs, std::in
     return 0;
   }
 
-  cl_mem dx = out_buffer("dx", count), dres = out_buffer("dresidual", count), dw = out_buffer("dweight", cols),
-         db = out_buffer("dbias", cols), drb = out_buffer("dresidual_bias", cols);
+  cl_mem dx = out_buffer("dx", count), dres = out_buffer("dresidual", count),
+         dw = out_buffer("dweight", cols), db = out_buffer("dbias", cols),
+         drb = out_buffer("dresidual_bias", cols);
   cl_mem xhat = dw ? s.buffer("xhat", count * sizeof(T)) : nullptr;
   cl_mem dh = drb ? s.buffer("dh", count * sizeof(T)) : nullptr;
   cl_kernel k = prog.backward_rows;
@@ -347,7 +352,8 @@ int run(void* state, const nc_case* c, const nc_named_tensor* inputs, std::int32
         nc_named_tensor* outputs, std::int32_t n_outputs, char* err, size_t err_len) {
   auto* s = static_cast<State*>(state);
   try {
-    if (c->dtype_compute == NC_FLOAT64) return run_typed<double>(*s, *c, inputs, n_inputs, outputs, n_outputs);
+    if (c->dtype_compute == NC_FLOAT64)
+      return run_typed<double>(*s, *c, inputs, n_inputs, outputs, n_outputs);
     return run_typed<float>(*s, *c, inputs, n_inputs, outputs, n_outputs);
   } catch (const ClError& e) {
     std::snprintf(err, err_len, "%s", e.what.c_str());

@@ -44,4 +44,8 @@ struct Result {
 // Throws CaseError for an invalid case.
 Result evaluate(const Case& c, const Options& opt = {});
 
+// Frees the calling thread's MPFR caches (constants such as pi that erf fills). A thread that
+// evaluated cases calls it before it ends; otherwise the caches leak with the thread.
+void release_thread_caches();
+
 }  // namespace normcheck::ref
