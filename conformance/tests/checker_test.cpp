@@ -266,5 +266,51 @@ TEST(Tolerance, OnePassVarianceFailsOnLargeMeanRows) {
   EXPECT_EQ(output(r, "rstd").verdict, Verdict::failed);
 }
 
+
+// Contract rounding points (TOLERANCE.md section 2): under `llama` a correct kernel rounds x-hat
+// to bfloat16 before the weight multiply and passes; one that skips the rounding (transformers
+// #33133 vs TransformerEngine #1132) errs by up to half a bfloat16 ulp of x-hat times |w| on
+// most elements, far from their rounding boundaries, and fails.
+TEST(Tolerance, SkippedContractRoundingFails) {
+  std::mt19937_64 rng(7);
+  const std::int64_t rows = 4, n = 256;
+  ref::Case c;
+  c.op = ref::Op::rmsnorm;
+  c.contract = "llama";
+  c.affine = ref::Affine::weight;
+  c.dtype_x = c.dtype_residual = DType::bfloat16;
+  c.dtype_param = c.dtype_out = c.dtype_compute = DType::float32;
+  c.epsilon = 1e-6;
+  c.inputs["x"] = ref::Tensor{DType::bfloat16, {rows, n}, normal(rng, rows * n, 0, 1, DType::bfloat16)};
+  c.inputs["weight"] = ref::Tensor{DType::float32, {n}, normal(rng, n, 1, 0.3, DType::float32)};
+  const auto fc = fixture_of(c);
+  const auto allow = derive_allowances(c);
+  for (const bool round_xhat : {true, false}) {
+    Outputs o;
+    o["y"] = ref::Tensor{DType::float32, {rows, n}, std::vector<double>(rows * n)};
+    o["rstd"] = ref::Tensor{DType::float32, {rows, 1}, std::vector<double>(rows)};
+    const auto& x = c.inputs.at("x").data;
+    const auto& w = c.inputs.at("weight").data;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float ss = 0;
+      for (std::int64_t j = 0; j < n; ++j) ss += static_cast<float>(x[r * n + j]) * static_cast<float>(x[r * n + j]);
+      const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(n) + static_cast<float>(c.epsilon));
+      o["rstd"].data[r] = rstd;
+      for (std::int64_t j = 0; j < n; ++j) {
+        double xh = static_cast<float>(x[r * n + j]) * rstd;
+        if (round_xhat) xh = ref::round_to(xh, DType::bfloat16);
+        o["y"].data[r * n + j] = static_cast<float>(static_cast<float>(w[j]) * static_cast<float>(xh));
+      }
+    }
+    const auto res = check_case(fc, o, allow);
+    if (round_xhat) {
+      EXPECT_EQ(res.verdict, Verdict::passed) << output(res, "y").reason;
+    } else {
+      EXPECT_EQ(output(res, "y").verdict, Verdict::failed);
+      EXPECT_GT(output(res, "y").failed, rows * n / 2) << "most elements are far from a boundary";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace normcheck::conf
