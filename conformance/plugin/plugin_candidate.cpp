@@ -238,9 +238,9 @@ class HostTensor {
 // The nc_case of a ref::Case; its pointers point into this object, which therefore stays put.
 class CaseView {
  public:
-  explicit CaseView(const ref::Case& c) : g_(ref::geometry_of(c)) {
+  explicit CaseView(const ref::Case& c) : g_(ref::geometry_of(c)), id_(c.id) {
     nc_.struct_size = sizeof(nc_case);
-    nc_.case_id = "";  // ref::Case carries no id
+    nc_.case_id = id_.c_str();  // "" when the case did not come from a fixture file
     nc_.op = static_cast<std::int32_t>(c.op);
     nc_.direction = static_cast<std::int32_t>(c.direction);
     nc_.rank = static_cast<std::int32_t>(g_.shape.size());
@@ -268,6 +268,7 @@ class CaseView {
 
  private:
   ref::Geometry g_;
+  std::string id_;
   nc_case nc_{};
 };
 

@@ -287,6 +287,7 @@ ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes) {
 
 json case_json(const ref::Case& c) {
   json j;
+  if (!c.id.empty()) j["case_id"] = c.id;
   j["op"] = ref::name_of(c.op);
   j["axis"] = c.axis;
   if (c.axes) j["axes"] = *c.axes;
@@ -317,6 +318,7 @@ json case_json(const ref::Case& c) {
 ref::Case case_from_json(const json& j) {
   if (!j.is_object()) throw ProtocolError("'case' must be an object");
   ref::Case c;
+  if (auto it = j.find("case_id"); it != j.end() && it->is_string()) c.id = it->get<std::string>();
   c.op = parse_enum(required(j, "op", "case"), "op", kOps);
   c.axis = int_field(required(j, "axis", "case"), "axis");
   if (auto it = j.find("axes"); it != j.end() && !it->is_null()) {

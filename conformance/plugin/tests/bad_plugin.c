@@ -32,9 +32,10 @@ static void fill_zeros(nc_named_tensor* t, int skip_last) {
 static int run(void* state, const nc_case* c, const nc_named_tensor* inputs, int32_t n_inputs,
                nc_named_tensor* outputs, int32_t n_outputs, char* err, size_t err_len) {
   int32_t i;
-  (void)state, (void)c, (void)inputs, (void)n_inputs;
+  (void)state, (void)c, (void)inputs, (void)n_inputs;  /* c->case_id: see BAD_RUN_ERROR */
 #ifdef BAD_RUN_ERROR
-  snprintf(err, err_len, "deliberate failure: kernel launch failed (%d outputs)", (int)n_outputs);
+  snprintf(err, err_len, "deliberate failure: kernel launch failed (%d outputs) in case '%s'", (int)n_outputs,
+           c->case_id);
   return 7;
 #else
   (void)err, (void)err_len;

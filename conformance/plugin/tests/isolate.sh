@@ -44,5 +44,11 @@ code=$?
 [[ -s "$tmp/inproc.json.partial.jsonl" ]] || bad "in-process segfault: no journal"
 lines=$(wc -l <"$tmp/inproc.json.partial.jsonl")
 [[ $lines -eq 1 ]] || bad "in-process segfault: journal has $lines lines (want the 1 case before the crash)"
+# The plugin sees the fixture case id (nc_case.case_id), in process and through the worker.
+for iso in "" --isolate; do
+  "$normcheck" run --candidate "plugin:$(dirname "$segv")/libbad_plugin_run_error.so" $iso --fixtures "$tmp/smoke.h5" \
+    --cases ln_f32_normal >"$tmp/out" 2>&1
+  grep -q "in case 'ln_f32_normal'" "$tmp/out" || bad "case id not passed to the plugin ${iso:-in process}"
+done
 echo "isolate: $failed failures"
 [[ $failed -eq 0 ]]

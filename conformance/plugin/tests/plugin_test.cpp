@@ -307,7 +307,7 @@ TEST(BadPlugin, RunErrorIsCandidateError) {
     k->run(small_case({2, 8}));
     FAIL() << "run succeeded";
   } catch (const CandidateError& e) {
-    EXPECT_STREQ(e.what(), "plugin run returned 7: deliberate failure: kernel launch failed (3 outputs)");
+    EXPECT_STREQ(e.what(), "plugin run returned 7: deliberate failure: kernel launch failed (3 outputs) in case ''");
   }
 }
 

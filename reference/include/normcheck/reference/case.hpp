@@ -72,6 +72,10 @@ struct Case {
 
   // inputs: x, and as the case needs: weight, bias, residual, residual_bias, dy
   std::map<std::string, Tensor> inputs;
+
+  // The fixture case id when the case comes from a fixture file ("" otherwise): passed to
+  // candidates for their messages; never part of the semantics.
+  std::string id;
 };
 
 // Where the normalized dims are: rows are the index set of the other dims (in order),
