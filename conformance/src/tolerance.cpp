@@ -106,36 +106,7 @@ const ref::Tensor* find_input(const ref::Case& c, const char* name) {
   return it == c.inputs.end() ? nullptr : &it->second;
 }
 
-DType role_dtype(const ref::Case& c, ref::DTypeRole r) {
-  switch (r) {
-    case ref::DTypeRole::x: return c.dtype_x;
-    case ref::DTypeRole::param: return c.dtype_param;
-    case ref::DTypeRole::compute: return c.dtype_compute;
-    case ref::DTypeRole::out: return c.dtype_out;
-    case ref::DTypeRole::residual: return c.dtype_residual;
-  }
-  return c.dtype_compute;
-}
-
-struct Points {
-  std::optional<DType> h, xhat, scale, mul;
-};
-
-Points points_of(const ref::Case& c) {
-  Points p;
-  const auto contract = ref::parse_contract(c.contract);
-  if (!contract) throw ref::CaseError("contract", "unknown contract " + c.contract);
-  for (const auto& rp : contract->points) {
-    const DType t = role_dtype(c, rp.to);
-    switch (rp.point) {
-      case ref::Point::h: p.h = t; break;
-      case ref::Point::xhat: p.xhat = t; break;
-      case ref::Point::scale: p.scale = t; break;
-      case ref::Point::mul: p.mul = t; break;
-    }
-  }
-  return p;
-}
+using Points = ref::ResolvedPoints;
 
 // One normalized row: values and error bounds of the intermediates (TOLERANCE.md, section 3).
 struct RowModel {
@@ -156,7 +127,7 @@ struct RowModel {
 class Model {
  public:
   explicit Model(const ref::Case& c)
-      : c_(c), g_(ref::geometry_of(c)), pts_(points_of(c)) {
+      : c_(c), g_(ref::geometry_of(c)), pts_(ref::resolve_points(c)) {
     const DType ct = c.dtype_compute;
     const auto f = ref::format_of(ct);
     // eta: one full subnormal spacing per rounding (twice the half-spacing a correctly rounded

@@ -88,4 +88,27 @@ std::optional<Contract> parse_contract(std::string_view spec) {
   return out;
 }
 
+ResolvedPoints resolve_points(const Case& c) {
+  const std::optional<Contract> contract = parse_contract(c.contract);
+  if (!contract) throw CaseError("contract", "unknown contract '" + c.contract + "'");
+  ResolvedPoints p;
+  for (const auto& rp : contract->points) {
+    DType t = c.dtype_out;
+    switch (rp.to) {
+      case DTypeRole::x: t = c.dtype_x; break;
+      case DTypeRole::param: t = c.dtype_param; break;
+      case DTypeRole::compute: t = c.dtype_compute; break;
+      case DTypeRole::out: t = c.dtype_out; break;
+      case DTypeRole::residual: t = c.dtype_residual; break;
+    }
+    switch (rp.point) {
+      case Point::h: p.h = t; break;
+      case Point::xhat: p.xhat = t; break;
+      case Point::scale: p.scale = t; break;
+      case Point::mul: p.mul = t; break;
+    }
+  }
+  return p;
+}
+
 }  // namespace normcheck::ref

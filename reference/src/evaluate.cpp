@@ -23,34 +23,7 @@ using detail::Rational;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The rounding points of the case's contract, resolved to dtypes.
-struct Points {
-  std::optional<DType> h, xhat, scale, mul;
-};
-
-Points resolve(const Case& c) {
-  Points p;
-  const std::optional<Contract> contract = parse_contract(c.contract);
-  if (!contract) throw CaseError("contract", "unknown contract '" + c.contract + "'");
-  const std::vector<RoundingPoint> points = contract->points;
-  for (const auto& rp : points) {
-    DType t = c.dtype_out;
-    switch (rp.to) {
-      case DTypeRole::x: t = c.dtype_x; break;
-      case DTypeRole::param: t = c.dtype_param; break;
-      case DTypeRole::compute: t = c.dtype_compute; break;
-      case DTypeRole::out: t = c.dtype_out; break;
-      case DTypeRole::residual: t = c.dtype_residual; break;
-    }
-    switch (rp.point) {
-      case Point::h: p.h = t; break;
-      case Point::xhat: p.xhat = t; break;
-      case Point::scale: p.scale = t; break;
-      case Point::mul: p.mul = t; break;
-    }
-  }
-  return p;
-}
+using Points = ResolvedPoints;
 
 // fill = false leaves the buffers empty (the caller grows them as it writes).
 Output make_output(DType t, const std::vector<std::int64_t>& shape, bool fill = true) {
@@ -146,7 +119,7 @@ struct Row {
 class Evaluator {
  public:
   Evaluator(const Case& c, const Options& opt, bool x_by_rows)
-      : c_(c), opt_(opt), g_(geometry_of(c)), pts_(resolve(c)) {
+      : c_(c), opt_(opt), g_(geometry_of(c)), pts_(resolve_points(c)) {
     const auto get = [&](const char* name) -> const Tensor* {
       auto it = c.inputs.find(name);
       return it == c.inputs.end() ? nullptr : &it->second;

@@ -26,32 +26,8 @@ namespace detail {
 using ref::DType;
 
 // The contract's rounding points, resolved to dtypes of the case.
-struct Points {
-  std::optional<DType> h, xhat, scale, mul;
-};
-
-Points resolve_points(const ref::Case& c) {
-  const auto contract = ref::parse_contract(c.contract);
-  if (!contract) throw ref::CaseError("contract", "unknown contract '" + c.contract + "'");
-  Points p;
-  for (const auto& rp : contract->points) {
-    DType t = c.dtype_out;
-    switch (rp.to) {
-      case ref::DTypeRole::x: t = c.dtype_x; break;
-      case ref::DTypeRole::param: t = c.dtype_param; break;
-      case ref::DTypeRole::compute: t = c.dtype_compute; break;
-      case ref::DTypeRole::out: t = c.dtype_out; break;
-      case ref::DTypeRole::residual: t = c.dtype_residual; break;
-    }
-    switch (rp.point) {
-      case ref::Point::h: p.h = t; break;
-      case ref::Point::xhat: p.xhat = t; break;
-      case ref::Point::scale: p.scale = t; break;
-      case ref::Point::mul: p.mul = t; break;
-    }
-  }
-  return p;
-}
+using Points = ref::ResolvedPoints;
+using ref::resolve_points;
 
 const ref::Tensor* input(const ref::Case& c, const char* name, std::int64_t numel) {
   auto it = c.inputs.find(name);

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "normcheck/reference/case.hpp"
 #include "normcheck/reference/dtype.hpp"
 
 namespace normcheck::ref {
@@ -41,6 +42,13 @@ const std::vector<Contract>& builtin_contracts();
 // Parses "name" or "a+b" (the union of the rounding points of a and b, e.g.
 // "llama+fused_add_lowp" for vLLM's fused_add_rms_norm). nullopt if a name is unknown.
 std::optional<Contract> parse_contract(std::string_view spec);
+
+// The dtype each rounding point of a case's contract rounds to; nullopt where it does not round.
+struct ResolvedPoints {
+  std::optional<DType> h, xhat, scale, mul;
+};
+// Throws CaseError("contract", ...) for an unknown contract.
+ResolvedPoints resolve_points(const Case& c);
 
 std::string_view name_of(Point p);
 std::string_view name_of(DTypeRole r);
