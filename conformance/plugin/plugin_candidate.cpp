@@ -116,88 +116,8 @@ std::vector<std::string> split_contracts(const char* list) {
   return out;
 }
 
-// ---- element conversion: every value of a case's tensor belongs to its dtype, so both ways
-// are exact -----------------------------------------------------------------------------------
-
-std::size_t element_size(ref::DType t) {
-  switch (t) {
-    case ref::DType::float64: return 8;
-    case ref::DType::float32: return 4;
-    case ref::DType::float16:
-    case ref::DType::bfloat16: return 2;
-  }
-  return 8;
-}
-
-std::uint16_t half_bits(double v) {
-  const std::uint16_t sign = std::signbit(v) ? 0x8000 : 0;
-  if (std::isnan(v)) return sign | 0x7e00;
-  if (std::isinf(v)) return sign | 0x7c00;
-  const double a = std::fabs(v);
-  if (a == 0) return sign;
-  int e = 0;
-  std::frexp(a, &e);                                                             // a in [2^(e-1), 2^e)
-  if (e - 1 < -14) return sign | static_cast<std::uint16_t>(std::ldexp(a, 24));  // subnormal: units of 2^-24
-  const auto mant = static_cast<std::uint16_t>(std::ldexp(a, 11 - e) - 1024);  // 10 bits below the leading 1
-  return sign | static_cast<std::uint16_t>((e - 1 + 15) << 10) | mant;
-}
-
-double half_value(std::uint16_t b) {
-  const double sign = (b & 0x8000) ? -1.0 : 1.0;
-  const int e = (b >> 10) & 0x1f;
-  const int m = b & 0x3ff;
-  if (e == 0x1f) return m ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
-  if (e == 0) return sign * std::ldexp(m, -24);
-  return sign * std::ldexp(1024 + m, e - 25);
-}
-
-void encode(double v, ref::DType t, std::byte* p) {
-  switch (t) {
-    case ref::DType::float64: std::memcpy(p, &v, 8); return;
-    case ref::DType::float32: {
-      const auto f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case ref::DType::float16: {
-      const std::uint16_t b = half_bits(v);
-      std::memcpy(p, &b, 2);
-      return;
-    }
-    case ref::DType::bfloat16: {
-      // The value has 8 significant bits, so the top half of its binary32 pattern holds it.
-      const auto b = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(static_cast<float>(v)) >> 16);
-      std::memcpy(p, &b, 2);
-      return;
-    }
-  }
-}
-
-double decode(ref::DType t, const std::byte* p) {
-  switch (t) {
-    case ref::DType::float64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case ref::DType::float32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case ref::DType::float16: {
-      std::uint16_t b;
-      std::memcpy(&b, p, 2);
-      return half_value(b);
-    }
-    case ref::DType::bfloat16: {
-      std::uint16_t b;
-      std::memcpy(&b, p, 2);
-      return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
-    }
-  }
-  return 0;
-}
+// Elements cross as their dtype's storage (ref::store_native / load_native): every value of a
+// case's tensor belongs to its dtype, so both ways are exact.
 
 // A dense row-major host tensor in its dtype's bytes, and the nc_tensor that views it.
 class HostTensor {
@@ -207,20 +127,20 @@ class HostTensor {
     for (std::size_t d = shape_.size(); d-- > 1;) strides_[d - 1] = strides_[d] * shape_[d];
     numel_ = 1;
     for (const auto e : shape_) numel_ *= e;
-    const std::size_t bytes = static_cast<std::size_t>(numel_) * element_size(dtype_);
+    const std::size_t bytes = static_cast<std::size_t>(numel_) * ref::storage_bytes(dtype_);
     const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     data_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded)));
     if (!data_) throw std::bad_alloc();
   }
   std::int64_t numel() const { return numel_; }
-  std::byte* at(std::int64_t i) { return data_.get() + static_cast<std::size_t>(i) * element_size(dtype_); }
+  std::byte* at(std::int64_t i) { return data_.get() + static_cast<std::size_t>(i) * ref::storage_bytes(dtype_); }
   nc_tensor view() {
     return {data_.get(), static_cast<std::int32_t>(dtype_), static_cast<std::int32_t>(shape_.size()),
             shape_.data(), strides_.data()};
   }
   ref::Tensor to_tensor() {
     ref::Tensor t{dtype_, shape_, std::vector<double>(static_cast<std::size_t>(numel_))};
-    for (std::int64_t i = 0; i < numel_; ++i) t.data[static_cast<std::size_t>(i)] = decode(dtype_, at(i));
+    for (std::int64_t i = 0; i < numel_; ++i) t.data[static_cast<std::size_t>(i)] = ref::load_native(at(i), dtype_);
     return t;
   }
 
@@ -498,7 +418,7 @@ Outputs PluginCandidate::run(const ref::Case& c) {
       const double v = t.data[static_cast<std::size_t>(i)];
       if (!ref::representable(v, t.dtype))
         throw ref::CaseError("inputs/" + name, fmt::format("{} is not a {} value", v, ref::name_of(t.dtype)));
-      encode(v, t.dtype, b.at(i));
+      ref::store_native(v, t.dtype, b.at(i));
     }
     inputs.push_back({name.c_str(), b.view(), 0});
   }
@@ -512,7 +432,7 @@ Outputs PluginCandidate::run(const ref::Case& c) {
     auto& b = out_buffers.emplace_back(spec.dtype, spec.shape);
     // The sentinel: an element the candidate never writes stays NaN and cannot pass.
     for (std::int64_t i = 0; i < b.numel(); ++i)
-      encode(std::numeric_limits<double>::quiet_NaN(), spec.dtype, b.at(i));
+      ref::store_native(std::numeric_limits<double>::quiet_NaN(), spec.dtype, b.at(i));
     outputs.push_back({name.c_str(), b.view(), 0});
   }
 

@@ -18,45 +18,15 @@ using nlohmann::json;
 namespace {
 
 // Little-endian by construction, whatever the host's byte order: the protocol fixes it.
-template <class U>
-void store_le(U bits, unsigned char* out) {
-  for (std::size_t i = 0; i < sizeof(U); ++i) out[i] = static_cast<unsigned char>(bits >> (8 * i));
+void store_le(std::uint64_t bits, std::size_t bytes, unsigned char* out) {
+  for (std::size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(bits >> (8 * i));
 }
-template <class U>
-U load_le(const unsigned char* in) {
-  U bits = 0;
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    bits = static_cast<U>(bits | (static_cast<U>(in[i]) << (8 * i)));
+std::uint64_t load_le(const unsigned char* in, std::size_t bytes) {
+  std::uint64_t bits = 0;
+  for (std::size_t i = 0; i < bytes; ++i) bits |= static_cast<std::uint64_t>(in[i]) << (8 * i);
   return bits;
 }
 
-// `v` must be a binary16 value: every step below is then exact.
-std::uint16_t half_bits(double v) {
-  if (std::isnan(v)) return 0x7e00;
-  const auto sign = static_cast<std::uint16_t>(std::signbit(v) ? 0x8000 : 0);
-  const double a = std::fabs(v);
-  if (std::isinf(a)) return sign | 0x7c00;
-  if (a == 0) return sign;
-  int ex = 0;
-  std::frexp(a, &ex);  // a = f * 2^ex, f in [0.5, 1): the leading bit has weight 2^(ex-1)
-  const int e = ex - 1;
-  if (e < -14) return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(std::ldexp(a, 24)));
-  const auto mant = static_cast<std::uint16_t>(std::ldexp(a, 10 - e) - 1024);
-  return static_cast<std::uint16_t>(sign | ((e + 15) << 10) | mant);
-}
-
-double half_value(std::uint16_t h) {
-  const int e = (h >> 10) & 0x1f;
-  const int m = h & 0x3ff;
-  double v;
-  if (e == 0)
-    v = std::ldexp(m, -24);
-  else if (e == 31)
-    v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else
-    v = std::ldexp(m + 1024, e - 25);
-  return (h & 0x8000) ? -v : v;
-}
 
 template <class Enum, std::size_t N>
 Enum parse_enum(const json& j, const char* field, const std::array<Enum, N>& values) {
@@ -154,15 +124,6 @@ json names(const std::vector<T>& v) {
 
 }  // namespace
 
-std::size_t itemsize(ref::DType t) {
-  switch (t) {
-    case ref::DType::float64: return 8;
-    case ref::DType::float32: return 4;
-    case ref::DType::float16: return 2;
-    case ref::DType::bfloat16: return 2;
-  }
-  return 8;
-}
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string out = "[";
@@ -190,7 +151,7 @@ TensorEntry parse_entry(const json& j, const std::string& where) {
   const json& nb = required(j, "nbytes", at.c_str());
   if (!nb.is_number_integer() || nb.get<std::int64_t>() < 0)
     throw ProtocolError(fmt::format("{}.nbytes must be a non-negative integer", at));
-  e.nbytes = static_cast<std::size_t>(e.numel) * itemsize(e.dtype);
+  e.nbytes = static_cast<std::size_t>(e.numel) * ref::storage_bytes(e.dtype);
   if (nb.get<std::uint64_t>() != e.nbytes)
     throw ProtocolError(fmt::format("{}: nbytes {} does not match shape {} of {} ({} bytes)", at,
                                     nb.get<std::uint64_t>(), shape_text(e.shape), ref::name_of(e.dtype),
@@ -215,7 +176,7 @@ json entry_json(const std::string& name, const ref::Tensor& t) {
   return {{"name", name},
           {"dtype", ref::name_of(t.dtype)},
           {"shape", t.shape},
-          {"nbytes", static_cast<std::uint64_t>(t.data.size() * itemsize(t.dtype))}};
+          {"nbytes", static_cast<std::uint64_t>(t.data.size() * ref::storage_bytes(t.dtype))}};
 }
 
 void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bool check) {
@@ -225,37 +186,8 @@ void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bo
           fmt::format("element {} ({}) is not a {} value", i, ref::hex_text(v[i]), ref::name_of(t)));
     return t == ref::DType::float64 ? v[i] : ref::round_to(v[i], t);
   };
-  switch (t) {
-    case ref::DType::float64:
-      for (std::size_t i = 0; i < n; ++i) {
-        const double x = value(i);
-        store_le(std::isnan(x) ? std::uint64_t{0x7ff8000000000000} : std::bit_cast<std::uint64_t>(x),
-                 out + 8 * i);
-      }
-      return;
-    case ref::DType::float32:
-      for (std::size_t i = 0; i < n; ++i) {
-        const double x = value(i);
-        store_le(
-            std::isnan(x) ? std::uint32_t{0x7fc00000} : std::bit_cast<std::uint32_t>(static_cast<float>(x)),
-            out + 4 * i);
-      }
-      return;
-    case ref::DType::float16:
-      for (std::size_t i = 0; i < n; ++i) store_le(half_bits(value(i)), out + 2 * i);
-      return;
-    case ref::DType::bfloat16:
-      for (std::size_t i = 0; i < n; ++i) {
-        const double x = value(i);
-        // A bfloat16 value is a binary32 whose low 16 bits are zero.
-        const auto bits =
-            std::isnan(x)
-                ? std::uint16_t{0x7fc0}
-                : static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(static_cast<float>(x)) >> 16);
-        store_le(bits, out + 2 * i);
-      }
-      return;
-  }
+  const std::size_t size = ref::storage_bytes(t);
+  for (std::size_t i = 0; i < n; ++i) store_le(ref::storage_bits(value(i), t), size, out + size * i);
 }
 
 ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes) {
@@ -264,24 +196,8 @@ ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes) {
   t.shape = e.shape;
   const auto n = static_cast<std::size_t>(e.numel);
   t.data.resize(n);
-  switch (e.dtype) {
-    case ref::DType::float64:
-      for (std::size_t i = 0; i < n; ++i)
-        t.data[i] = std::bit_cast<double>(load_le<std::uint64_t>(bytes + 8 * i));
-      break;
-    case ref::DType::float32:
-      for (std::size_t i = 0; i < n; ++i)
-        t.data[i] = std::bit_cast<float>(load_le<std::uint32_t>(bytes + 4 * i));
-      break;
-    case ref::DType::float16:
-      for (std::size_t i = 0; i < n; ++i) t.data[i] = half_value(load_le<std::uint16_t>(bytes + 2 * i));
-      break;
-    case ref::DType::bfloat16:
-      for (std::size_t i = 0; i < n; ++i)
-        t.data[i] =
-            std::bit_cast<float>(static_cast<std::uint32_t>(load_le<std::uint16_t>(bytes + 2 * i)) << 16);
-      break;
-  }
+  const std::size_t size = ref::storage_bytes(e.dtype);
+  for (std::size_t i = 0; i < n; ++i) t.data[i] = ref::from_storage_bits(load_le(bytes + size * i, size), e.dtype);
   return t;
 }
 

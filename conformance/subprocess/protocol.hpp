@@ -29,10 +29,8 @@ class ProtocolError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::size_t itemsize(ref::DType t);
-
 // A tensor entry of a header, checked: known dtype, dims >= 0, rank <= 8, at most 2^31
-// elements, nbytes == elements * itemsize.
+// elements, nbytes == elements * ref::storage_bytes(dtype).
 struct TensorEntry {
   std::string name;
   ref::DType dtype = ref::DType::float32;
@@ -46,7 +44,7 @@ TensorEntry parse_entry(const nlohmann::json& j, const std::string& where);
 std::vector<TensorEntry> parse_entries(const nlohmann::json& header, const char* field);
 nlohmann::json entry_json(const std::string& name, const ref::Tensor& t);
 
-// Encodes n values of dtype t as little-endian bytes into out (n * itemsize(t) bytes). Values
+// Encodes n values of dtype t as little-endian bytes into out (n * ref::storage_bytes(t) bytes). Values
 // must belong to the dtype; with `check`, one that does not throws std::domain_error naming its
 // index (a served candidate's output), otherwise it is rounded to nearest even first.
 void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bool check = false);

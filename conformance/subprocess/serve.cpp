@@ -134,7 +134,7 @@ void send_result(int fd, const Outputs& outs) {
   std::size_t total = 0;
   for (const auto& [name, t] : outs) {
     entries.push_back(proto::entry_json(name, t));
-    total += t.data.size() * proto::itemsize(t.dtype);
+    total += t.data.size() * ref::storage_bytes(t.dtype);
   }
   std::string payload(total, '\0');
   auto* p = reinterpret_cast<unsigned char*>(payload.data());
@@ -145,7 +145,7 @@ void send_result(int fd, const Outputs& outs) {
       send_error(fd, fmt::format("output '{}': {}", name, e.what()));
       return;
     }
-    p += t.data.size() * proto::itemsize(t.dtype);
+    p += t.data.size() * ref::storage_bytes(t.dtype);
   }
   send(fd, {{"type", "result"}, {"outputs", entries}});
   write_all(fd, payload.data(), payload.size());

@@ -552,7 +552,7 @@ class SubprocessCandidate final : public Candidate {
     // Tensors are encoded and written a chunk at a time: a large case is not copied whole.
     std::vector<unsigned char> chunk;
     for (const auto& [name, t] : c.inputs) {
-      const std::size_t size = proto::itemsize(t.dtype);
+      const std::size_t size = ref::storage_bytes(t.dtype);
       const std::size_t per_chunk = kChunkBytes / size;
       for (std::size_t i = 0; i < t.data.size(); i += per_chunk) {
         const std::size_t n = std::min(per_chunk, t.data.size() - i);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 namespace normcheck::ref {
@@ -112,6 +113,101 @@ std::string decimal_text(double v, DType t) {
   }
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
+}
+
+std::size_t storage_bytes(DType t) {
+  switch (t) {
+    case DType::float64: return 8;
+    case DType::float32: return 4;
+    case DType::float16:
+    case DType::bfloat16: return 2;
+  }
+  return 8;
+}
+
+namespace {
+
+// binary16 bits of a value of binary16: every step is exact.
+std::uint16_t half_bits(double v) {
+  const auto sign = static_cast<std::uint16_t>(std::signbit(v) ? 0x8000 : 0);
+  const double a = std::fabs(v);
+  if (std::isinf(a)) return sign | 0x7c00;
+  if (a == 0) return sign;
+  int ex = 0;
+  std::frexp(a, &ex);  // a in [2^(ex-1), 2^ex)
+  if (ex - 1 < -14) return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(std::ldexp(a, 24)));
+  const auto mant = static_cast<std::uint16_t>(std::ldexp(a, 11 - ex) - 1024);  // 10 bits below the leading 1
+  return static_cast<std::uint16_t>(sign | ((ex - 1 + 15) << 10) | mant);
+}
+
+double half_value(std::uint16_t b) {
+  const double sign = (b & 0x8000) ? -1.0 : 1.0;
+  const int e = (b >> 10) & 0x1f;
+  const int m = b & 0x3ff;
+  if (e == 0x1f) return m ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+  if (e == 0) return sign * std::ldexp(m, -24);
+  return sign * std::ldexp(1024 + m, e - 25);
+}
+
+}  // namespace
+
+std::uint64_t storage_bits(double v, DType t) {
+  switch (t) {
+    case DType::float64: return std::isnan(v) ? 0x7ff8000000000000u : std::bit_cast<std::uint64_t>(v);
+    case DType::float32: return std::isnan(v) ? 0x7fc00000u : std::bit_cast<std::uint32_t>(static_cast<float>(v));
+    case DType::float16: return std::isnan(v) ? 0x7e00u : half_bits(v);
+    // A bfloat16 value is a binary32 whose low 16 bits are zero.
+    case DType::bfloat16:
+      return std::isnan(v) ? 0x7fc0u : std::bit_cast<std::uint32_t>(static_cast<float>(v)) >> 16;
+  }
+  return 0;
+}
+
+double from_storage_bits(std::uint64_t bits, DType t) {
+  switch (t) {
+    case DType::float64: return std::bit_cast<double>(bits);
+    case DType::float32: return std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+    case DType::float16: return half_value(static_cast<std::uint16_t>(bits));
+    case DType::bfloat16: return std::bit_cast<float>(static_cast<std::uint32_t>(bits & 0xffffu) << 16);
+  }
+  return 0;
+}
+
+void store_native(double v, DType t, void* out) {
+  const std::uint64_t bits = storage_bits(v, t);
+  switch (storage_bytes(t)) {
+    case 8: std::memcpy(out, &bits, 8); return;
+    case 4: {
+      const auto b = static_cast<std::uint32_t>(bits);
+      std::memcpy(out, &b, 4);
+      return;
+    }
+    default: {
+      const auto b = static_cast<std::uint16_t>(bits);
+      std::memcpy(out, &b, 2);
+      return;
+    }
+  }
+}
+
+double load_native(const void* in, DType t) {
+  switch (storage_bytes(t)) {
+    case 8: {
+      std::uint64_t b;
+      std::memcpy(&b, in, 8);
+      return from_storage_bits(b, t);
+    }
+    case 4: {
+      std::uint32_t b;
+      std::memcpy(&b, in, 4);
+      return from_storage_bits(b, t);
+    }
+    default: {
+      std::uint16_t b;
+      std::memcpy(&b, in, 2);
+      return from_storage_bits(b, t);
+    }
+  }
 }
 
 }  // namespace normcheck::ref

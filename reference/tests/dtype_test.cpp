@@ -169,3 +169,37 @@ TEST(RowSums, AgreeWithRationalSumsOnNarrowAndWideRows) {
 
 }  // namespace
 }  // namespace normcheck::ref
+
+namespace normcheck::ref {
+namespace {
+
+// Storage encodings: every 16-bit pattern of float16 and bfloat16 decodes to a value of its
+// dtype and encodes back to itself (NaNs to the canonical quiet NaN); binary32 likewise for a
+// sample, through memory as well.
+TEST(Storage, SixteenBitPatternsRoundTrip) {
+  for (DType t : {DType::float16, DType::bfloat16}) {
+    EXPECT_EQ(storage_bytes(t), 2u);
+    const std::uint64_t canonical_nan = t == DType::float16 ? 0x7e00 : 0x7fc0;
+    for (std::uint32_t b = 0; b < 0x10000; ++b) {
+      const double v = from_storage_bits(b, t);
+      if (std::isnan(v)) {
+        EXPECT_EQ(storage_bits(v, t), canonical_nan);
+        continue;
+      }
+      ASSERT_TRUE(representable(v, t)) << b;
+      ASSERT_EQ(storage_bits(v, t), b) << name_of(t) << " " << hex_text(v);
+      std::uint16_t mem = 0;
+      store_native(v, t, &mem);
+      ASSERT_EQ(mem, b);
+      ASSERT_EQ(load_native(&mem, t), v);
+    }
+  }
+  EXPECT_EQ(storage_bits(-0.0, DType::float32), 0x80000000u);
+  EXPECT_EQ(storage_bits(std::ldexp(1.0, -149), DType::float32), 1u);
+  EXPECT_EQ(from_storage_bits(0x3c00, DType::float16), 1.0);
+  EXPECT_EQ(from_storage_bits(0x3f80, DType::bfloat16), 1.0);
+  EXPECT_EQ(storage_bits(-std::numeric_limits<double>::quiet_NaN(), DType::float64), 0x7ff8000000000000u);
+}
+
+}  // namespace
+}  // namespace normcheck::ref

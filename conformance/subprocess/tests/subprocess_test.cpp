@@ -161,7 +161,7 @@ TEST(Codec, KnownBitPatterns) {
     unsigned char b[8] = {};
     proto::encode(&v, 1, t, b);
     std::uint64_t out = 0;
-    for (std::size_t i = 0; i < proto::itemsize(t); ++i) out |= std::uint64_t{b[i]} << (8 * i);
+    for (std::size_t i = 0; i < ref::storage_bytes(t); ++i) out |= std::uint64_t{b[i]} << (8 * i);
     return out;
   };
   EXPECT_EQ(bits(1.0, DType::float16), 0x3c00u);
@@ -196,7 +196,7 @@ TEST(Codec, RoundTripsEveryValueClass) {
                           NAN};
     const auto random = values(1000, t, 42, 0, 1e3);
     v.insert(v.end(), random.begin(), random.end());
-    std::vector<unsigned char> bytes(v.size() * proto::itemsize(t));
+    std::vector<unsigned char> bytes(v.size() * ref::storage_bytes(t));
     proto::encode(v.data(), v.size(), t, bytes.data(), /*check=*/true);
     proto::TensorEntry e{
         "x", t, {static_cast<std::int64_t>(v.size())}, static_cast<std::int64_t>(v.size()), bytes.size()};

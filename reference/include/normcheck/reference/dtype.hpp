@@ -5,6 +5,7 @@
 // value is "in" a dtype when rounding it to that dtype leaves it unchanged.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,6 +53,17 @@ struct RoundingGap {
   double above;
 };
 RoundingGap rounding_gap(double t, DType fmt);
+
+// Storage of a value of the format (HDF5 datasets, plugin buffers, protocol payloads): its size
+// in bytes, and its bit pattern in the low storage_bytes(t) bytes (float16 and bfloat16 as their
+// 16-bit patterns). `v` must be a value of `t`; NaN is stored as the format's canonical quiet
+// NaN (sign clear). from_storage_bits is exact.
+std::size_t storage_bytes(DType t);
+std::uint64_t storage_bits(double v, DType t);
+double from_storage_bits(std::uint64_t bits, DType t);
+// The same in memory, in the machine's byte order (as a double, float or uint16_t lies there).
+void store_native(double v, DType t, void* out);
+double load_native(const void* in, DType t);
 
 // Hex-float text of a binary64 value ("0x1.8p+0"; "nan", "inf", "-inf"), and the shortest
 // decimal text that reads back to the same value of dtype `t`.
