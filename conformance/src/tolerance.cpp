@@ -145,13 +145,7 @@ class Model {
     const std::int64_t R = g_.rows, n = g_.cols;
     const bool ln = c_.op == ref::Op::layernorm;
     const bool fwd = c_.direction == ref::Direction::forward;
-    std::map<std::string, OutputAllowance> out;
-    for (const auto& [name, spec] : output_specs(c_)) {
-      std::int64_t numel = 1;
-      for (auto s : spec.shape) numel *= s;
-      out[name].abs.assign(static_cast<std::size_t>(numel), 0.0);
-      out[name].nan_ok.assign(static_cast<std::size_t>(numel), 0);
-    }
+    std::map<std::string, OutputAllowance> out = empty_allowances();
     // Column (parameter) values shared by all rows.
     std::vector<double> scale(n, 1.0), e_scale(n, 0.0), scale_fwd(n, 1.0), e_scale_fwd(n, 0.0);
     std::vector<double> bias(n, 0.0), e_bias(n, 0.0);
@@ -179,16 +173,11 @@ class Model {
     drb.resize(n);
     std::vector<std::uint8_t> col_nonfinite(n, 0);
     std::int64_t untrusted_rows = 0;
-    RowModel worst;
-    bool have_worst = false;
-
+    Worst worst;
     RowModel m;
     for (std::int64_t row = 0; row < R; ++row) {
       row_model(row, m);
-      if (!m.trusted && (!have_worst || m.max_e_xhat > worst.max_e_xhat || m.e_q_rel > worst.e_q_rel)) {
-        worst = m;
-        have_worst = true;
-      }
+      worst.see(m);
       if (!m.trusted) ++untrusted_rows;
       const std::int64_t base = g_.row_base[row];
       if (fwd) {
@@ -248,10 +237,7 @@ class Model {
       backward_row(row, m, scale, e_scale, out, dw, db, drb, col_nonfinite);
     }
     if (!fwd) {
-      const double gr = cp_.gam(static_cast<double>(R + 1));
       auto column = [&](const char* name, const ColumnBound& cb) {
-        const auto& abs = cb.abs;
-        const auto& err = cb.err;
         auto it = out.find(name);
         if (it == out.end()) return;
         for (std::int64_t j = 0; j < n; ++j) {
@@ -264,23 +250,14 @@ class Model {
             it->second.nan_ok[static_cast<std::size_t>(j)] = 1;
           }
           else if (untrusted_rows > 0 && std::string_view(name) != "dbias") a = kNaN;
-          else a = final_allowance(abs[j], err[j] + gr * abs[j] + static_cast<double>(R) * cp_.eta, c_.dtype_param);
+          else a = column_allowance(cb, static_cast<std::size_t>(j), R);
         }
       };
       column("dweight", dw);
       column("dbias", db);
       column("dresidual_bias", drb);
     }
-    for (auto& [name, a] : out) {
-      a.mistrusted = std::count_if(a.abs.begin(), a.abs.end(), [](double v) { return std::isnan(v); });
-      if (a.mistrusted > 0 && have_worst) {
-        a.reason = fmt::format(
-            "{} of {} rows too ill-conditioned for {} compute: row length {}, condition {:.3g}, bound on "
-            "x-hat error {:.3g} and on the relative variance error {:.3g} (MISTRUSTED at >= {})",
-            untrusted_rows, R, ref::name_of(c_.dtype_compute), n, worst.kappa, worst.max_e_xhat, worst.e_q_rel,
-            kBounds.mistrust);
-      }
-    }
+    count_mistrusted(out, worst, untrusted_rows, R, "");
     return out;
   }
 
@@ -297,16 +274,9 @@ class Model {
     const auto& b2 = c_.inputs.at("ffn_b2");
     const std::int64_t F = b1.shape.back();
     const bool relu = c_.activation == ref::Activation::relu;
-    std::map<std::string, OutputAllowance> out;
-    for (const auto& [name, spec] : output_specs(c_)) {
-      std::int64_t numel = 1;
-      for (auto d : spec.shape) numel *= d;
-      out[name].abs.assign(static_cast<std::size_t>(numel), 0.0);
-      out[name].nan_ok.assign(static_cast<std::size_t>(numel), 0);
-    }
+    std::map<std::string, OutputAllowance> out = empty_allowances();
     std::int64_t untrusted_rows = 0;
-    RowModel worst;
-    bool have_worst = false;
+    Worst worst;
     // Scales of every norm (offset + weight) and their errors.
     std::vector<double> scale(static_cast<std::size_t>(L * K * D), 1.0), e_scale(scale.size(), 0.0);
     for (std::size_t p = 0; w_ && p < scale.size(); ++p) {
@@ -327,10 +297,7 @@ class Model {
       m.h = in;
       m.finite = true;
       stats(m, e_in);
-      if (!m.trusted && (!have_worst || m.max_e_xhat > worst.max_e_xhat)) {
-        worst = m;
-        have_worst = true;
-      }
+      worst.see(m);
       const std::int64_t p = (l * K + k) * D;
       o.resize(D);
       e_o.resize(D);
@@ -564,15 +531,11 @@ class Model {
         dx.abs[static_cast<std::size_t>(base + j)] = trusted ? final_allowance(g[j], e_g[j], c_.dtype_x) : kNaN;
     }
     if (bwd) {
-      const double gr = cp_.gam(static_cast<double>(R + 1));
       auto column = [&](const char* name, const ColumnBound& cb) {
         auto it = out.find(name);
         if (it == out.end()) return;
         for (std::size_t k = 0; k < it->second.abs.size(); ++k)
-          it->second.abs[k] = untrusted_rows > 0 ? kNaN
-                                                 : final_allowance(cb.abs[k], cb.err[k] + gr * cb.abs[k] +
-                                                                                  static_cast<double>(R) * cp_.eta,
-                                                                   c_.dtype_param);
+          it->second.abs[k] = untrusted_rows > 0 ? kNaN : column_allowance(cb, k, R);
       };
       column("dweight", dw);
       column("dbias", db);
@@ -581,19 +544,68 @@ class Model {
       column("dffn_w2", dw2);
       column("dffn_b2", db2);
     }
-    for (auto& [name, a] : out) {
-      a.mistrusted = std::count_if(a.abs.begin(), a.abs.end(), [](double e) { return std::isnan(e); });
-      if (a.mistrusted > 0 && have_worst)
-        a.reason = fmt::format(
-            "{} of {} rows too ill-conditioned for {} compute in some layer: hidden size {}, condition {:.3g}, "
-            "bound on x-hat error {:.3g} (MISTRUSTED at >= {})",
-            untrusted_rows, R, ref::name_of(c_.dtype_compute), D, worst.kappa, worst.max_e_xhat, kBounds.mistrust);
-    }
+    count_mistrusted(out, worst, untrusted_rows, R, " in some layer");
     return out;
   }
 
  private:
   static constexpr double kGeluEval = 8;  // TOLERANCE.md, The table
+
+  // Column sums of one parameter tensor: per element, the sum over rows of |term| and of the
+  // propagated errors (section 4: allowance = err + gam(R+1) abs + R eta).
+  struct ColumnBound {
+    std::vector<double> abs, err;
+    void resize(std::size_t n) {
+      abs.assign(n, 0.0);
+      err.assign(n, 0.0);
+    }
+  };
+
+  // The most ill-conditioned untrusted row seen, for the MISTRUSTED reason.
+  struct Worst {
+    bool seen = false;
+    std::int64_t n = 0;
+    double kappa = 0, e_xhat = 0, e_q = 0;
+    void see(const RowModel& m) {
+      if (m.trusted || (seen && m.max_e_xhat <= e_xhat && m.e_q_rel <= e_q)) return;
+      seen = true;
+      n = static_cast<std::int64_t>(m.h.size());
+      kappa = m.kappa;
+      e_xhat = m.max_e_xhat;
+      e_q = m.e_q_rel;
+    }
+  };
+
+  std::map<std::string, OutputAllowance> empty_allowances() const {
+    std::map<std::string, OutputAllowance> out;
+    for (const auto& [name, spec] : output_specs(c_)) {
+      std::int64_t numel = 1;
+      for (auto d : spec.shape) numel *= d;
+      out[name].abs.assign(static_cast<std::size_t>(numel), 0.0);
+      out[name].nan_ok.assign(static_cast<std::size_t>(numel), 0);
+    }
+    return out;
+  }
+
+  // Section 4: a column sum over R rows, from its rows' |terms| and propagated errors.
+  double column_allowance(const ColumnBound& cb, std::size_t k, std::int64_t R) const {
+    const double e = cb.err[k] + cp_.gam(static_cast<double>(R + 1)) * cb.abs[k] + static_cast<double>(R) * cp_.eta;
+    return final_allowance(cb.abs[k], e, c_.dtype_param);
+  }
+
+  // Section 5: counts the MISTRUSTED elements of every output and gives them the reason.
+  void count_mistrusted(std::map<std::string, OutputAllowance>& out, const Worst& worst, std::int64_t untrusted_rows,
+                        std::int64_t R, std::string_view where) const {
+    for (auto& [name, a] : out) {
+      a.mistrusted = std::count_if(a.abs.begin(), a.abs.end(), [](double v) { return std::isnan(v); });
+      if (a.mistrusted > 0 && worst.seen)
+        a.reason = fmt::format(
+            "{} of {} rows too ill-conditioned for {} compute{}: row length {}, condition {:.3g}, bound on x-hat "
+            "error {:.3g} and on the relative variance error {:.3g} (MISTRUSTED at >= {})",
+            untrusted_rows, R, ref::name_of(c_.dtype_compute), where, worst.n, worst.kappa, worst.e_xhat, worst.e_q,
+            kBounds.mistrust);
+    }
+  }
 
   // Non-finite rows follow IEEE rules exactly in the reference; a correct kernel may differ by
   // one rounding in the finite elements (e.g. +-0 + bias).
@@ -697,17 +709,6 @@ class Model {
     }
     m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust;
   }
-
-  // Section 4: the backward pass of one row, and its contributions to the column sums.
-  // Column sums of one parameter tensor: per element, the sum over rows of |term| and of the
-  // propagated errors (section 4: allowance = err + gam(R+1) abs + R eta).
-  struct ColumnBound {
-    std::vector<double> abs, err;
-    void resize(std::size_t n) {
-      abs.assign(n, 0.0);
-      err.assign(n, 0.0);
-    }
-  };
 
   // Section 4 for one row: the upstream gradient dy (errors e_dy) through the norm whose row
   // model is m and whose scale is scale (errors e_scale; nullptr: no weight): dh and its
