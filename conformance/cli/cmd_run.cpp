@@ -186,6 +186,16 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   opt.outputs = a.outputs;
   opt.case_globs = a.cases;
   opt.threads = a.threads;
+  // The one-line command that reruns one case the way this run ran it.
+  auto repro = [&](const std::string& spec, const std::string& id) {
+    if (offline)
+      return fmt::format("normcheck check --fixtures {} --outputs {} --cases {}", quote(a.fixtures), quote(a.outputs),
+                         quote(id));
+    std::string isolation = a.isolate ? " --isolate" : "";
+    if (a.timeout > 0) isolation += fmt::format(" --timeout {}", a.timeout);
+    return fmt::format("normcheck run --candidate {}{} --fixtures {} --cases {}", quote(spec), isolation,
+                       quote(a.fixtures), quote(id));
+  };
   const bool tty = ::isatty(STDERR_FILENO);
   std::map<std::string, int> printed;
   opt.on_case = [&](const conf::CandidateRun& run, const conf::CaseResult& r) {
@@ -200,8 +210,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
       return;
     }
     fmt::print("[{}] {}\n", run.info.name, conf::describe(r));
-    fmt::print("    repro: normcheck run --candidate {} --fixtures {} --cases {}\n", quote(run.info.name),
-               quote(a.fixtures), quote(r.case_id));
+    fmt::print("    repro: {}\n", repro(run.info.name, r.case_id));
     std::fflush(stdout);
   };
   // While the run goes on, every checked case is appended to a journal beside the results
@@ -241,13 +250,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     ctx.fixtures_path = a.fixtures;
     ctx.fixtures = prov;
     const std::string spec = r.info.name;
-    ctx.repro = [&, spec](const std::string& id) {
-      if (offline)
-        return fmt::format("normcheck check --fixtures {} --outputs {} --cases {}", quote(a.fixtures), quote(a.outputs),
-                           quote(id));
-      return fmt::format("normcheck run --candidate {} --fixtures {} --cases {}", quote(spec), quote(a.fixtures),
-                         quote(id));
-    };
+    ctx.repro = [&, spec](const std::string& id) { return repro(spec, id); };
     try {
       conf::write_text_file(p, conf::results_json(r, ctx), a.force);
     } catch (const std::exception& e) {
