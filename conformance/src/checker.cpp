@@ -44,23 +44,18 @@ std::vector<std::int64_t> coords_of(std::int64_t flat, const std::vector<std::in
 }
 
 // Error of `got` against the exact value, in value units; infinite when the kinds differ (NaN
-// against a number, infinity against a finite value that does not overflow).
-double error_of(double got, double exact, double expected, double allowance) {
+// against a number, an infinity where the value does not overflow).
+double error_of(double got, double exact, double expected, ref::DType t) {
   if (std::isnan(exact) || std::isnan(expected)) return std::isnan(got) ? 0.0 : INFINITY;
   if (std::isnan(got)) return INFINITY;
   if (std::isinf(expected) && std::isinf(exact)) return got == expected ? 0.0 : INFINITY;
   if (std::isinf(got)) {
-    // Overflow: an infinity of the right sign passes when the exact value is within the
-    // allowance of the overflow threshold (expected is then itself infinite or the largest
-    // finite value).
-    if (std::signbit(got) == std::signbit(exact) && (std::isinf(expected) || std::isnan(allowance) ||
-                                                     std::fabs(exact) + allowance >= std::fabs(expected)))
-      return std::isinf(expected) ? 0.0 : std::fabs(expected) - std::fabs(exact);
-    return INFINITY;
-  }
-  if (std::isinf(expected)) {
-    // Exact value overflows the dtype; a finite answer is measured against the exact value.
-    return std::fabs(got - exact);
+    // Overflow: values from the largest finite value plus half an ulp up round to infinity. An
+    // infinity of the right sign is as far from the exact value as that threshold is, so it
+    // passes only when the exact value is within its allowance of the threshold.
+    const double threshold = ref::max_finite(t) + 0.5 * ulp_of(ref::max_finite(t), t);
+    if (std::signbit(got) != std::signbit(exact)) return INFINITY;
+    return std::max(0.0, threshold - std::fabs(exact));
   }
   return std::fabs(got - exact);
 }
@@ -118,7 +113,7 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
         ++o.uncertified;
         allowance += ulp_of(exact, o.dtype);
       }
-      const double err = std::isnan(g) && at->second.nan_ok[i] ? 0.0 : error_of(g, exact, expected, allowance);
+      const double err = std::isnan(g) && at->second.nan_ok[i] ? 0.0 : error_of(g, exact, expected, o.dtype);
       const double ratio = err == 0 ? 0.0 : (allowance > 0 ? err / allowance : INFINITY);
       if (err > allowance) ++o.failed;
       const double ulp = err / ulp_of(std::isfinite(exact) ? exact : expected, o.dtype);

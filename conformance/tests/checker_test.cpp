@@ -312,5 +312,33 @@ TEST(Tolerance, SkippedContractRoundingFails) {
   }
 }
 
+
+// An infinity passes only where the exact value is within its allowance of the overflow
+// threshold (65520 in float16), never in place of an ordinary value.
+TEST(Checker, InfinityOnlyWhereTheValueOverflows) {
+  std::mt19937_64 rng(8);
+  auto c = ln_case(2, 16, normal(rng, 32, 0, 1, DType::float16), DType::float16);
+  c.affine = ref::Affine::weight;
+  std::vector<double> w(16, 1.0);
+  w[3] = 65504;  // the largest float16: y = xhat * w overflows where |xhat| > ~1.0002
+  c.inputs["weight"] = ref::Tensor{DType::float16, {16}, w};
+  const auto fc = fixture_of(c);
+  const auto allow = derive_allowances(c);
+  Outputs got = perfect(fc);
+  got["y"].data[0] = INFINITY;  // an ordinary element (|y| <= ~4): infinity is wrong
+  EXPECT_EQ(output(check_case(fc, got, allow), "y").failed, 1);
+  // Where the reference overflows, an infinity of the right sign is right.
+  got = perfect(fc);
+  const auto& y = fc.expected.at("y");
+  int overflowing = 0;
+  for (std::size_t i = 0; i < y.value.data.size(); ++i)
+    if (std::isinf(y.value.data[i])) {
+      got["y"].data[i] = y.value.data[i];
+      ++overflowing;
+    }
+  ASSERT_GT(overflowing, 0);
+  EXPECT_EQ(output(check_case(fc, got, allow), "y").verdict, Verdict::passed);
+}
+
 }  // namespace
 }  // namespace normcheck::conf
