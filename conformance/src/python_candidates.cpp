@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/fixtures/install_paths.hpp"
 #include "python_candidates.hpp"
 #include "subprocess/subprocess_candidate.hpp"
 
@@ -16,6 +17,7 @@ namespace {
 
 std::string python_dir() {
   if (const char* env = std::getenv("NORMCHECK_PYTHON_DIR")) return env;
+  if (auto installed = fix::installed_data_dir("python"); !installed.empty()) return installed.string();
   return NORMCHECK_SOURCE_DIR "/conformance/python";
 }
 

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -124,7 +126,9 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
   std::FILE* journal = nullptr;
   if (!opt.journal.empty()) {
     journal = std::fopen(opt.journal.c_str(), "a");
-    if (!journal) throw std::runtime_error(fmt::format("{}: cannot open the journal for writing", opt.journal));
+    if (!journal)
+      throw std::runtime_error(fmt::format("{}: cannot open the journal for writing: {}", opt.journal,
+                                           std::strerror(errno)));
   }
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   const std::size_t threads =

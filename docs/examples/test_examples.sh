@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The examples as a user meets them: install normcheck from BUILD_DIR into a fresh prefix, then
+# configure, build and test each example project against that prefix alone. The kernel library
+# must conform; the same library built with a planted fault must fail its conformance test; the
+# Python kernel must conform. Usage: test_examples.sh BUILD_DIR
+set -euo pipefail
+build_dir="$(cd "$1" && pwd)"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+prefix="$work/prefix"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+echo "--- install into $prefix"
+cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+for f in bin/normcheck include/normcheck/candidate.h share/normcheck/python/normcheck_protocol.py \
+         share/normcheck/cases/smoke.json lib/cmake/normcheck/normcheckConfig.cmake \
+         lib/cmake/normcheck/NormcheckConformanceTest.cmake; do
+  [[ -e "$prefix/$f" ]] || fail "the install lacks $f"
+done
+# The installed CLI finds its case lists under the prefix first (the message for an unknown
+# tier lists where it looked).
+msg="$("$prefix/bin/normcheck" fixtures generate --tier no_such_tier -o "$work/x.h5" 2>&1 || true)"
+[[ "$msg" == *"$prefix/share/normcheck/cases"* ]] || fail "installed normcheck does not look in its prefix: $msg"
+
+configure() {  # configure SRC BIN [cmake args...]
+  local src="$1" bin="$2"; shift 2
+  cmake -S "$src" -B "$bin" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" "$@" >/dev/null
+  cmake --build "$bin" >/dev/null
+}
+passed_cases() {  # passed_cases RESULTS.json -> number of PASSED cases
+  /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["summary"]["PASSED"])' "$1"
+}
+
+echo "--- kernel-library: the RMSNorm plugin must conform"
+configure "$here/kernel-library" "$work/kl"
+ctest --test-dir "$work/kl" --output-on-failure || fail "kernel-library's conformance test failed"
+n="$(passed_cases "$work/kl/normcheck-results/tiny_rmsnorm.json")"
+(( n >= 5 )) || fail "kernel-library: only $n cases passed; the kernel was hardly exercised"
+echo "kernel-library: $n cases passed"
+
+echo "--- kernel-library with eps outside the sqrt: its conformance test must fail"
+configure "$here/kernel-library" "$work/kl-fault" -DTINY_PLANT_FAULT=ON
+if ctest --test-dir "$work/kl-fault" >"$work/fault.log" 2>&1; then
+  cat "$work/fault.log"; fail "the planted fault passed the conformance test"
+fi
+/usr/bin/python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; assert s["FAILED"] > 0, s' \
+  "$work/kl-fault/normcheck-results/tiny_rmsnorm.json" || fail "the planted fault produced no FAILED case"
+echo "kernel-library with the planted fault: rejected, as it must be"
+
+echo "--- python-kernel: the PyTorch RMSNorm module must conform"
+configure "$here/python-kernel" "$work/py"
+ctest --test-dir "$work/py" --output-on-failure || fail "python-kernel's conformance test failed"
+n="$(passed_cases "$work/py/normcheck-results/rmsnorm_torch.json")"
+(( n >= 5 )) || fail "python-kernel: only $n cases passed"
+echo "python-kernel: $n cases passed"
+echo "examples: OK"
