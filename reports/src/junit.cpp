@@ -107,7 +107,9 @@ Suite suite_of(const Run& r) {
     testcase(s, cls, "rejected", 0, rejected ? "" : "failure", "NOT REJECTED",
              "the mutant passed every case: the suite does not detect its fault",
              fmt::format("mutant {} (class {}: {}) passed every case it ran", r.spec, r.fault_class, r.fault),
-             rejected ? fmt::format("rejected by {} case(s) or properties", r.failures()) : "");
+             rejected ? fmt::format("rejected: {} failing case{} or propert{}", r.failures(), r.failures() == 1 ? "" : "s",
+                                      r.failures() == 1 ? "y" : "ies")
+                      : "");
   }
   for (const auto& e : r.errors)
     testcase(s, cls, "run", 0, "error", "stopped early", e, e, "");

@@ -82,11 +82,14 @@ std::string markdown(const Report& r) {
   std::vector<const Run*> checks, props, audits;
   for (const auto& run : r.runs)
     (run.mode == "prop" ? props : run.mode == "audit" ? audits : checks).push_back(&run);
-  if (!checks.empty()) {
-    s += "## Candidates\n\n" + header({"candidate", "kind"}, kVerdictColumns, {"outcome"});
-    for (const Run* run : checks)
-      s += fmt::format("| {} | {} |{} {}{} |\n", code(run->name()), md_cell(run->kind), counts_cells(run->counts(), kVerdictColumns),
-                       run->ok() ? "" : "**", run->outcome() + (run->ok() ? "" : "**"));
+  if (!checks.empty() || !props.empty()) {
+    // Property runs count property verdicts in the same columns (PASSED, FAILED, UNSUPPORTED, CRASHED).
+    s += "## Candidates\n\n" + header({"candidate", "kind", "mode"}, kVerdictColumns, {"outcome"});
+    for (const auto* list : {&checks, &props})
+      for (const Run* run : *list)
+        s += fmt::format("| {} | {} | {} |{} {}{} |\n", code(run->name()), md_cell(run->kind), run->mode,
+                         counts_cells(run->counts(), kVerdictColumns), run->ok() ? "" : "**",
+                         run->outcome() + (run->ok() ? "" : "**"));
     s += "\n";
   }
 

@@ -31,13 +31,24 @@ std::string summary_json(const Report& r) {
     if (!run.kind.empty()) x["kind"] = run.kind;
     if (!run.fault_class.empty()) x["fault_class"] = run.fault_class;
     x["sources"] = run.sources;
-    x["counts"] = run.counts();
+    Json counts = Json::object();
+    const auto n = run.counts();
+    if (run.mode == "run" || run.mode == "check") {
+      for (const auto& v : kVerdictColumns) counts[v] = n.at(v);
+    } else {
+      for (const auto& [k, v] : n) counts[k] = v;
+    }
+    x["counts"] = std::move(counts);
     x["failures"] = run.failures();
     x["ok"] = run.ok();
     x["outcome"] = run.outcome();
     Json matrix = Json::array();
-    for (const auto& m : text::matrix_of(run))
-      matrix.push_back(Json{{"op", m.op}, {"dtype", m.dtype}, {"category", m.category}, {"counts", m.counts}});
+    for (const auto& m : text::matrix_of(run)) {
+      Json cell = Json::object();  // the verdicts that occur, in the results file's order
+      for (const auto& v : kVerdictColumns)
+        if (m.counts.at(v)) cell[v] = m.counts.at(v);
+      matrix.push_back(Json{{"op", m.op}, {"dtype", m.dtype}, {"category", m.category}, {"counts", cell}});
+    }
     x["matrix"] = std::move(matrix);
     Json failing = Json::array();
     for (const auto& c : run.cases) {
@@ -53,6 +64,18 @@ std::string summary_json(const Report& r) {
       failing.push_back(std::move(f));
     }
     x["failing_cases"] = std::move(failing);
+    if (run.mode == "prop") {
+      Json props = Json::array();
+      for (const auto& p : run.properties)
+        if (p.verdict == "FAILED" || p.verdict == "CRASHED") props.push_back(Json{{"name", p.name}, {"verdict", p.verdict}});
+      x["failing_properties"] = std::move(props);
+    }
+    if (run.mode == "audit") {
+      Json errs = Json::array();
+      for (const auto& f : run.findings)
+        if (f.severity == "error") errs.push_back(Json{{"check", f.check}, {"tensors", f.tensors}});
+      x["error_findings"] = std::move(errs);
+    }
     if (!run.errors.empty()) x["errors"] = run.errors;
     runs.push_back(std::move(x));
   }
