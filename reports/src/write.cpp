@@ -89,11 +89,12 @@ std::vector<std::string> write_reports(const Report& r, const Targets& t) {
   if (!t.junit.empty()) docs.emplace_back(t.junit, junit_xml(r));
   if (!t.markdown.empty()) docs.emplace_back(t.markdown, markdown(r));
   if (!t.summary_json.empty()) docs.emplace_back(t.summary_json, summary_json(r));
-  if (!html_path.empty()) {
+  if (!html_path.empty()) docs.emplace_back(html_path, html(r, lib.js, lib.license));
+  for (const auto& [path, text] : docs) {
+    const fs::path parent = fs::path(path).parent_path();
     std::error_code ec;
-    fs::create_directories(t.html_dir, ec);
-    if (ec) throw ReportError(fmt::format("{}: cannot create the directory: {}", t.html_dir, ec.message()));
-    docs.emplace_back(html_path, html(r, lib.js, lib.license));
+    if (!parent.empty()) fs::create_directories(parent, ec);
+    if (ec) throw ReportError(fmt::format("{}: cannot create the directory: {}", parent.string(), ec.message()));
   }
   std::vector<std::string> written;
   for (const auto& [path, text] : docs) {
