@@ -116,20 +116,26 @@ std::string diagnosis_html(const std::vector<Diagnosis>& ds) {
   if (ds.empty()) return "";
   std::string s = "<p class=\"dx\">Diagnosis, best first:</p><ol class=\"dx\">";
   for (const auto& d : ds)
-    s += fmt::format("<li>{}<b>{}</b>{} {}</li>", d.explains ? "✔ " : "✘ ", html_escape(d.dialect),
+    s += fmt::format("<li>{}<b>{}</b>{}{}: {}{}{}{}</li>", d.explains ? "✔ " : "✘ ", html_escape(d.dialect),
                      d.fault_class.empty() ? "" : " (class " + html_escape(d.fault_class) + ")",
-                     html_escape(text::diagnosis_line(d).substr(d.dialect.size())));
+                     d.title.empty() ? "" : ", " + html_escape(d.title),
+                     d.explains ? "explains the failure" : "does not explain it",
+                     std::isnan(d.score) ? "" : ", score " + text::num(d.score) + " tolerance units",
+                     d.parameters.empty() ? "" : ", parameters <code>" + html_escape(d.parameters) + "</code>",
+                     d.evidence.empty() ? "" : " — " + html_escape(d.evidence));
   return s + "</ol>";
 }
 
-std::string case_html(const Run& run, const Case& c) {
-  std::string s = fmt::format("<details class=\"case\"><summary><span class=\"v v-{}\">{}</span> <b>{}</b> — {}</summary>",
+std::string case_html(const Run& run, const Case& c, bool open) {
+  std::string s = fmt::format("<details class=\"case\"{}><summary><span class=\"v v-{}\">{}</span> <b>{}</b> — {}</summary>", open ? " open" : "",
                               html_escape(c.verdict), html_escape(c.verdict), html_escape(c.case_id),
                               html_escape(short_name(run.name())));
   s += fmt::format("<p>{} · {} · {}</p>", html_escape(c.op_label()), html_escape(c.dtype.empty() ? "—" : c.dtype),
                    html_escape(c.category.empty() ? "—" : c.category));
   if (!c.message.empty()) s += "<pre>" + html_escape(c.message) + "</pre>";
-  s += "<table class=\"worst\"><tr><th>output</th><th>verdict</th><th>reason</th><th>worst element</th><th>got</th>"
+  bool any_output = false;
+  for (const auto& o : c.outputs) any_output |= o.verdict != "PASSED";
+  if (any_output) s += "<table class=\"worst\"><tr><th>output</th><th>verdict</th><th>reason</th><th>worst element</th><th>got</th>"
        "<th>expected (correctly rounded)</th><th>exact (binary64)</th><th>allowance</th><th>error, ulp</th>"
        "<th>error / allowance</th></tr>";
   for (const auto& o : c.outputs) {
@@ -147,7 +153,8 @@ std::string case_html(const Run& run, const Case& c) {
                        html_escape(o.verdict), html_escape(o.verdict), html_escape(o.reason));
     }
   }
-  s += "</table>" + diagnosis_html(c.diagnosis);
+  if (any_output) s += "</table>";
+  s += diagnosis_html(c.diagnosis);
   if (!c.repro.empty()) s += "<p>Repro: <code class=\"repro\">" + html_escape(c.repro) + "</code></p>";
   return s + "</details>\n";
 }
@@ -165,7 +172,10 @@ std::string matrix_html(const std::vector<const Run*>& runs) {
       m[k] = std::move(row);
     }
   }
-  std::string s = "<div class=\"scroll\"><table class=\"matrix\"><thead><tr><th>op</th><th>dtype</th><th>category</th>";
+  // Open when short; a ci-tier matrix (about 120 rows) starts folded so the plots stay near the top.
+  std::string s = fmt::format("<details{}><summary>{} rows (op × dtype × category) × {} candidates</summary>\n",
+                              keys.size() <= 40 ? " open" : "", keys.size(), runs.size());
+  s += "<div class=\"scroll\"><table class=\"matrix\"><thead><tr><th>op</th><th>dtype</th><th>category</th>";
   for (const Run* run : runs)
     s += fmt::format("<th class=\"cand {}\" title=\"{}\"><span>{}</span></th>", run->ok() ? "" : "notok",
                      html_escape(run->name() + " (" + run->kind + "): " + run->outcome()),
@@ -195,7 +205,7 @@ std::string matrix_html(const std::vector<const Run*>& runs) {
     }
     s += "</tr>";
   }
-  return s + "</tbody></table></div>";
+  return s + "</tbody></table></div></details>";
 }
 
 constexpr const char* kStyle = R"CSS(
@@ -215,7 +225,7 @@ code,pre{font-family:ui-monospace,monospace;font-size:12px} pre{background:#f6f6
 code.repro{background:#f6f6f6;padding:1px 4px;user-select:all}
 details.case{margin:.3em 0;border-left:3px solid #ccc;padding-left:.6em}
 .plots{display:flex;flex-wrap:wrap;gap:12px} .plot{border:1px solid #ddd;padding:6px}
-.plot h4{margin:0 0 4px;font-size:13px}
+.plot h4{margin:0 0 4px;font-size:13px} .plot p.note{font-size:11px;color:#444;max-width:560px;margin:2px 0}
 .bad{color:#a00000;font-weight:bold} .good{color:#0a5a0a;font-weight:bold}
 #nc-status{font-size:12px;color:#555;margin-top:2em}
 )CSS";
@@ -326,38 +336,44 @@ constexpr const char* kScript = R"JS(
     return Math.abs(Math.log10(v) - l) < 1e-9 ? (l === 0 ? '1' : '1e' + l) : '';
   }
   function clamp(v, lo, hi) { return v < lo ? lo : (v > hi ? hi : v); }
-  function scatter(parent, run, rows) {
-    var sets = [], xmin = Infinity, xmax = 0, notes = [];
-    rows.forEach(function (r, i) {
-      var pts = r.points.map(function (p) {
-        var x = clamp(num(p[0]), 1e-4, 1e12), y = num(p[1]);
-        y = isNaN(y) ? 1048576 : clamp(y, 9.5367431640625e-7, 1048576);
-        xmin = Math.min(xmin, x); xmax = Math.max(xmax, x);
-        return {x: x, y: y, ulp: num(p[2]), c: run.cases[p[3]]};
-      });
-      sets.push({label: r.output + ' (' + markers[i % markers.length] + ')', data: pts, showLine: false,
-                 pointStyle: markers[i % markers.length], pointRadius: 4, borderColor: colours[i % colours.length],
-                 backgroundColor: 'rgba(0,0,0,0)', borderWidth: 1.5});
-      if (r.constant_rows) notes.push(r.output + ': ' + r.constant_rows + ' constant rows (σ = 0) not shown');
-      if (r.points.length < r.total) notes.push(r.output + ': ' + r.points.length + ' of ' + r.total + ' rows shown');
+  // One output's rows: the largest error over the allowance against |mean|/sigma, log-log.
+  function scatter(parent, run, r, i) {
+    var xmin = Infinity, xmax = 0, floor = 9.5367431640625e-7, notes = [];
+    var pts = r.points.map(function (p) {
+      var x = clamp(num(p[0]), 1e-4, 1e12), y = num(p[1]);
+      y = isNaN(y) ? 1048576 : clamp(y, floor, 1048576);
+      xmin = Math.min(xmin, x); xmax = Math.max(xmax, x);
+      return {x: x, y: y, ulp: num(p[2]), c: run.cases[p[3]]};
     });
-    if (!sets.length) return null;
+    if (!pts.length) return null;
     if (!(xmin < xmax)) { xmin = xmin / 2; xmax = xmax * 2 || 1; }
-    sets.push({label: 'allowance (error / allowance = 1), dashed', type: 'line', data: [{x: xmin, y: 1}, {x: xmax, y: 1}],
-               borderColor: '#000', borderDash: [6, 4], borderWidth: 1.5, pointRadius: 0, showLine: true});
-    var chart = make(parent, 'largest error per row against the row\'s mean/σ: ' + run.name, {type: 'scatter',
+    var beyond = pts.filter(function (p) { return p.y > 1; }).length;
+    var sets = [
+      {label: 'rows within the allowance (' + (pts.length - beyond) + '): ' + markers[i % markers.length],
+       data: pts.filter(function (p) { return p.y <= 1; }), pointStyle: markers[i % markers.length], pointRadius: 3.5,
+       borderColor: colours[i % colours.length], backgroundColor: 'rgba(0,0,0,0)', borderWidth: 1.2},
+      {label: 'rows beyond it (' + beyond + '): hatched ' + markers[(i + 1) % markers.length],
+       data: pts.filter(function (p) { return p.y > 1; }), pointStyle: markers[(i + 1) % markers.length], pointRadius: 5,
+       borderColor: '#b00020', backgroundColor: hatch('#b00020'), borderWidth: 1.5},
+      {label: 'the allowance (error / allowance = 1): dashed line', type: 'line', data: [{x: xmin, y: 1}, {x: xmax, y: 1}],
+       borderColor: '#000', borderDash: [6, 4], borderWidth: 1.5, pointRadius: 0, showLine: true}];
+    if (r.constant_rows) notes.push(r.constant_rows + ' constant rows (σ = 0) have no place on the axis');
+    if (r.points.length < r.total) notes.push(r.points.length + ' of ' + r.total + ' rows drawn (all beyond the allowance, an even sample of the rest)');
+    notes.push('errors below 2^-20 of the allowance, exact ones included, are drawn on the bottom line');
+    var chart = make(parent, r.output + ': largest error per row against the row\'s |mean|/σ', {type: 'scatter',
       data: {datasets: sets},
       options: {scales: {x: {type: 'logarithmic', title: {display: true, text: '|mean| / σ of the row (log)'},
                              ticks: {callback: decade}},
-                         y: {type: 'logarithmic', title: {display: true, text: 'largest error / allowance in the row (log)'},
+                         y: {type: 'logarithmic', title: {display: true, text: 'largest error / allowance (log)'},
                              ticks: {callback: decade}}},
                 plugins: {legend: {labels: {usePointStyle: true}},
                           tooltip: {callbacks: {label: function (c) {
                             var p = c.raw; return (p.c || '') + ': mean/σ ' + p.x.toPrecision(3) + ', ' +
-                              p.y.toPrecision(3) + '× allowance' + (p.ulp !== undefined ? ', ' + p.ulp.toPrecision(3) + ' ulp' : ''); }}}}}}, 640);
-    if (notes.length) {
-      var n = document.createElement('p'); n.textContent = notes.join('; '); parent.appendChild(n);
-    }
+                              p.y.toPrecision(3) + '× allowance' + (p.ulp !== undefined ? ', ' + p.ulp.toPrecision(3) + ' ulp' : ''); }}}}}}, 560);
+    var n = document.createElement('p');
+    n.className = 'note';
+    n.textContent = notes.join('; ');
+    chart.canvas.parentNode.appendChild(n);
     return chart;
   }
   var select = document.getElementById('nc-run');
@@ -369,7 +385,12 @@ constexpr const char* kScript = R"JS(
     var run = data.runs[i];
     if (!run) return;
     var sc = document.createElement('div'); sc.className = 'plots'; box.appendChild(sc);
-    scatter(sc, run, run.rows);
+    // y (or dx) first: the output a reader looks at.
+    var rows = run.rows.slice().sort(function (a, b) {
+      var rank = function (o) { return o === 'y' ? 0 : (o === 'dx' ? 1 : 2); };
+      return rank(a.output) - rank(b.output) || (a.output < b.output ? -1 : 1);
+    });
+    rows.forEach(function (r, i) { scatter(sc, run, r, i); });
     var hs = document.createElement('div'); hs.className = 'plots'; box.appendChild(hs);
     run.hist.forEach(function (h) {
       var note = ' (' + h.cases + ' case' + (h.cases === 1 ? '' : 's') + ')';
@@ -390,6 +411,11 @@ constexpr const char* kScript = R"JS(
   // Self-test (the headless check): draw every candidate's plots in turn, then the first again.
   if (location.hash === '#selftest') for (var i = 1; i < data.runs.length; ++i) render(i);
   var start = Number(select.getAttribute('data-default') || 0);
+  // index.html#candidate=SPEC opens on that candidate.
+  if (location.hash.indexOf('#candidate=') === 0) {
+    var want = decodeURIComponent(location.hash.slice(11));
+    data.runs.forEach(function (r, i) { if (r.name === want) start = i; });
+  }
   select.value = String(start);
   render(start);
   update();
@@ -473,13 +499,13 @@ std::string html(const Report& r, const std::string& plot_library, const std::st
   std::string fails;
   std::size_t shown = 0, hidden = 0;
   for (const auto& f : text::failing_cases(r, false)) {
-    if (shown++ < kMaxFailingShown) fails += case_html(*f.run, *f.c);
-    else ++hidden;
+    if (shown < kMaxFailingShown) fails += case_html(*f.run, *f.c, shown < 20);
+    if (shown++ >= kMaxFailingShown) ++hidden;
   }
   std::string mutants;
   std::map<const Run*, std::size_t> per_mutant;
   for (const auto& f : text::failing_cases(r, true))
-    if (per_mutant[f.run]++ < kMutantCasesShown) mutants += case_html(*f.run, *f.c);
+    if (per_mutant[f.run]++ < kMutantCasesShown) mutants += case_html(*f.run, *f.c, false);
   s += "<h2>Failing cases</h2>\n";
   s += fails.empty() ? "<p>No failing case of a correct or external candidate.</p>\n" : fails;
   if (hidden) s += fmt::format("<p>…and {} more in the results files.</p>\n", hidden);
