@@ -22,6 +22,14 @@ void add_report_flags(CLI::App* cmd, ReportFlags& f) {
 bool ReportFlags::any() const { return !junit.empty() || !markdown.empty() || !html_dir.empty() || !summary_json.empty(); }
 
 int check_report_targets(const ReportFlags& f, bool force) {
+  if (!f.html_dir.empty()) {
+    try {
+      reports::load_plot_library();  // before a run, not after it
+    } catch (const reports::ReportError& e) {
+      fmt::print(stderr, "normcheck: {}\n", e.what());
+      return kExitBadInput;
+    }
+  }
   if (force) return kExitOk;
   for (const auto& p : {f.junit, f.markdown, f.html_dir.empty() ? std::string() : f.html_dir + "/index.html", f.summary_json})
     if (!p.empty() && std::filesystem::exists(p)) {

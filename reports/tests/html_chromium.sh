@@ -61,5 +61,20 @@ check "run --junit: the mutant's failing cases are in its suite" \
   test "$(xmllint --xpath 'count(//testsuite[@name="builtin:mut_one_pass_variance (mutant)"]/testcase[system-out])' "$work/run.xml")" -ge 1
 page run "$work/run" 10
 
+# The report flags of `check`: an outputs file holding the correctly rounded values passes.
+/usr/bin/python3 - "$smoke" "$work/outputs.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1]) as fx, h5py.File(sys.argv[2], "w") as out:
+    for cid, case in fx["cases"].items():
+        for name, ds in case["expected"].items():
+            out.create_dataset(f"cases/{cid}/outputs/{name}", data=ds[...])
+PY
+"$nc" check --fixtures "$smoke" --outputs "$work/outputs.h5" --junit "$work/check/junit.xml" \
+  --markdown "$work/check/summary.md" >"$work/check.out" 2>&1
+check "check --junit --markdown: exit 0" test $? = 0
+check "check --junit: valid, no failure" \
+  bash -c "xmllint --noout --schema '$xsd' '$work/check/junit.xml' && test \"\$(xmllint --xpath 'string(/testsuites/@failures)' '$work/check/junit.xml')\" = 0"
+check "check --markdown: the outputs file conforms" grep -q '^| `outputs:.*| conforms |$' "$work/check/summary.md"
+
 echo "$fails failed"
 exit $((fails > 0))

@@ -69,6 +69,13 @@ bad "wrong field type" 'bad_field.json: cases\[2\]\.outputs\[0\]\.max_ulp: expec
 bad "the same case in two files" 'case ln_f32_constant_rows of builtin:mut_eps_dropped is also in' mutant_shard1.json mutant_shard1.json
 bad "no such file" 'nope.json: cannot open' nope.json
 
+# --html without the plotting library: exit 2, says how to install it, writes nothing at all.
+NORMCHECK_REPORT_WEB_DIR="$work/no_such_dir" "$nc" report kernel_a.json --html "$work/nolib" \
+  --markdown "$work/nolib.md" >"$work/nolib.out" 2>&1
+check "no plotting library: exit 2" test $? = 2
+check "no plotting library: message" grep -q 'the HTML report needs Chart.js.*scripts/install-deps.sh' "$work/nolib.out"
+check "no plotting library: nothing written" test ! -e "$work/nolib/index.html" -a ! -e "$work/nolib.md"
+
 # Existing outputs are kept without --force, replaced with it.
 echo keep >"$work/exists.md"
 "$nc" report kernel_a.json --markdown "$work/exists.md" >"$work/force.out" 2>&1
