@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <optional>
 
@@ -79,7 +80,10 @@ void ErrorHistogram::add(double v) {
   } else if (!std::isfinite(v)) {
     ++inf;
   } else {
-    const int k = std::clamp(std::ilogb(v) - kHistLog2Min, 0, kHistBins - 1);
+    // The binary exponent read from the bits (v > 0) rather than a libm call per element.
+    // Subnormals read as -1023 and land in bins[0] like every value below 2^kHistLog2Min.
+    const int e = static_cast<int>((std::bit_cast<std::uint64_t>(v) >> 52) & 0x7ff) - 1023;
+    const int k = std::clamp(e - kHistLog2Min, 0, kHistBins - 1);
     ++bins[static_cast<std::size_t>(k)];
   }
 }
