@@ -75,7 +75,7 @@ TEST(ReportFields, HistogramsAndRowsLocateAPlantedError) {
   ASSERT_EQ(y.rows.size(), 3u);
   for (std::int64_t row = 0; row < 3; ++row) {
     EXPECT_EQ(y.rows[static_cast<std::size_t>(row)].row, row);
-    // exact + 3a rounds to binary64: a few ulps of y against an allowance of a few ulps.
+    // exact + 3a is rounded to binary64, which moves the ratio by up to half an ulp of y over a.
     if (row == 2) EXPECT_NEAR(y.rows[2].max_ratio, 3.0, 1e-3);
     else EXPECT_EQ(y.rows[static_cast<std::size_t>(row)].max_ratio, 0.0);
   }
