@@ -274,7 +274,6 @@ constexpr const char* kScript = R"JS(
     return g.createPattern(c, 'repeat');
   }
   function num(v) { return typeof v === 'number' ? v : (v === 'inf' ? Infinity : (v === '-inf' ? -Infinity : NaN)); }
-  function binLabel(k) { return k === 0 ? '' : (k > 0 ? '2^' + k : '2^' + k); }
   var charts = [];
   function drawn(chart) {
     var cv = chart.canvas, g = cv.getContext('2d');
@@ -483,7 +482,7 @@ std::string html(const Report& r, const std::string& plot_library, const std::st
   std::size_t first_bad = 0;
   for (std::size_t i = 0, k = 0; i < r.runs.size(); ++i) {
     if (r.runs[i].mode == "audit") continue;
-    if (!r.runs[i].ok() || (!r.runs[i].is_mutant() && r.runs[i].failures())) {
+    if (!r.runs[i].ok()) {
       first_bad = k;
       break;
     }
