@@ -15,6 +15,7 @@ packages=(
   libdnnl-dev                                   # bundled candidate: oneDNN layer normalization
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd  # bundled candidate: OpenCL kernel, run on PoCL
   python3-torch                                 # bundled candidate: the PyTorch adapter (CPU)
+  nodejs libxml2-utils chromium                 # reports: Chart.js from npm, xmllint (JUnit schema), headless HTML test
 )
 
 missing=()
@@ -24,6 +25,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"
+  "$(dirname "${BASH_SOURCE[0]}")/install-report-deps.sh"
   exit 0
 fi
 
@@ -32,3 +34,4 @@ if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+"$(dirname "${BASH_SOURCE[0]}")/install-report-deps.sh"

@@ -2,7 +2,8 @@
 # The main job: build, generate the smoke tier's golden fixtures with the certified reference,
 # verify them, run every bundled candidate over them (the correct kernels must conform, every
 # mutant must be rejected) and print the verdict tables; the results files (normcheck-results v1)
-# go to $out/results/. (The report joins this job when the reports issue lands.)
+# go to $out/results/. It ends by writing the report of every candidate (HTML, Markdown, JUnit)
+# to $out/report/ and printing its path.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/build.sh"
@@ -23,3 +24,8 @@ echo "=== mutants (each must be rejected: the suite's own mutation test)"
 echo
 echo "golden fixtures: $out/smoke.h5  (normcheck fixtures list $out/smoke.h5)"
 echo "results files:   $out/results/  (reports/RESULTS.md)"
+echo
+echo "=== report (reports/README.md): every bundled candidate, correct ones and mutants"
+"$normcheck" report "$out"/results/*.json --html "$out/report" --markdown "$out/report/summary.md" \
+  --junit "$out/report/junit.xml" --force
+echo "report:          $out/report/index.html  (summary.md, junit.xml beside it)"

@@ -23,6 +23,7 @@ struct RunArgs {
   bool isolate = false, force = false, json_list = false, verbose = false, expect_reject = false;
   double timeout = 0;
   int threads = 0, max_print = 20;
+  ReportFlags report;  // --junit, --markdown, --html, --summary-json
 };
 
 std::string quote(const std::string& s) {
@@ -171,6 +172,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
       return kExitBadInput;
     }
   }
+  if (int rc = check_report_targets(a.report, a.force); rc != kExitOk) return rc;
   for (const auto& s : specs) {
     try {
       cands.push_back(conf::make_candidate(s, so));
@@ -238,13 +240,14 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   }
   if (tty) fmt::print(stderr, "\r\033[K");
   bool bad_input = false;
+  std::vector<std::pair<std::string, std::string>> results_texts;  // for the reports
   for (const auto& r : runs) {
     const std::string p = offline ? a.json : json_path(r.info.name);
     if (!r.error.empty()) {
       fmt::print(stderr, "normcheck: {}: {}\n", r.info.name, r.error);
       bad_input = true;
     }
-    if (p.empty()) continue;
+    if (p.empty() && !a.report.any()) continue;
     conf::ResultsContext ctx;
     ctx.command = command;
     ctx.fixtures_path = a.fixtures;
@@ -252,7 +255,9 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     const std::string spec = r.info.name;
     ctx.repro = [&, spec](const std::string& id) { return repro(spec, id); };
     try {
-      conf::write_text_file(p, conf::results_json(r, ctx), a.force);
+      std::string text = conf::results_json(r, ctx);
+      if (!p.empty()) conf::write_text_file(p, text, a.force);
+      if (a.report.any()) results_texts.emplace_back(std::move(text), p.empty() ? r.info.name : p);
     } catch (const std::exception& e) {
       fmt::print(stderr, "normcheck: {}\n", e.what());
       return kExitBadInput;
@@ -263,6 +268,10 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     std::filesystem::remove(opt.journal, ec);
   }
   print_table(runs);
+  if (a.report.any()) {
+    fmt::print("\n");
+    if (write_report(a.report, results_texts, a.force) == kExitBadInput) return kExitBadInput;
+  }
   if (bad_input) return kExitBadInput;
   bool fail = false;
   for (const auto& r : runs) {
@@ -286,6 +295,7 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
     cmd->add_flag("--force", a->force, "Replace existing results files");
     cmd->add_flag("--verbose", a->verbose, "Print every case that did not pass, mutants included");
     cmd->add_option("--max-print", a->max_print, "Failing cases printed per candidate (default 20)");
+    add_report_flags(cmd, a->report);
   };
   auto* run = app.add_subcommand("run", "Run candidates over a fixture file and check their outputs");
   add_common(run);

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace normcheck::cli {
@@ -22,5 +23,19 @@ Runner add_fixtures_command(CLI::App& app);
 Runner add_worker_command(CLI::App& app);
 // candidates, run, check; argv_all (the arguments after the program name) goes into results files.
 Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all);
+
+// report; and the report flags run and check share with it.
+Runner add_report_command(CLI::App& app);
+struct ReportFlags {
+  std::string junit, markdown, html_dir, summary_json;
+  bool any() const;
+};
+void add_report_flags(CLI::App* cmd, ReportFlags& flags);
+// Parses results (text, and the name it goes by in messages), merges them and writes the reports;
+// returns the exit code (2 for bad input, 1 when a candidate is not as expected).
+int write_report(const ReportFlags& flags, const std::vector<std::pair<std::string, std::string>>& results,
+                 bool force);
+// 2 with a message when a report file exists and `force` is not given (checked before a run).
+int check_report_targets(const ReportFlags& flags, bool force);
 
 }  // namespace normcheck::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   normcheck::cli::Runner run_worker = normcheck::cli::add_worker_command(app);
   std::vector<std::string> args(argv + 1, argv + argc);
   normcheck::cli::Runner run_harness = normcheck::cli::add_run_commands(app, args);
+  normcheck::cli::Runner run_report = normcheck::cli::add_report_command(app);
 
   try {
     app.parse(argc, argv);
@@ -33,12 +34,14 @@ int main(int argc, char** argv) {
       fmt::print("case-json 1\n");
       fmt::print("normcheck-fixtures 1\n");
       fmt::print("normcheck-results 1\n");
+      fmt::print("normcheck-report-summary 1\n");
       fmt::print("candidate-abi 1\n");
       return 0;
     }
     if (app.got_subcommand("reference")) return run_reference();
     if (app.got_subcommand("fixtures")) return run_fixtures();
     if (app.got_subcommand("worker")) return run_worker();
+    if (app.got_subcommand("report")) return run_report();
     for (const char* name : {"candidates", "run", "check"})
       if (app.got_subcommand(name)) return run_harness();
   } catch (const std::exception& e) {

@@ -4,7 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <optional>
 
 namespace normcheck::conf {
 
@@ -60,12 +62,88 @@ double error_of(double got, double exact, double expected, ref::DType t) {
   return std::fabs(got - exact);
 }
 
+// Row index of every element of a tensor of x's shape (-1 when the case's geometry is invalid).
+std::vector<std::int64_t> rows_of(const ref::Geometry& g) {
+  std::int64_t numel = 1;
+  for (auto e : g.shape) numel *= e;
+  std::vector<std::int64_t> row(static_cast<std::size_t>(numel), -1);
+  for (std::int64_t r = 0; r < g.rows; ++r)
+    for (std::int64_t c = 0; c < g.cols; ++c) row[static_cast<std::size_t>(g.row_base[r] + g.col_delta[c])] = r;
+  return row;
+}
+
 }  // namespace
+
+void ErrorHistogram::add(double v) {
+  if (v == 0) {
+    ++zero;
+  } else if (!std::isfinite(v)) {
+    ++inf;
+  } else {
+    // The binary exponent read from the bits (v > 0) rather than a libm call per element.
+    // Subnormals read as -1023 and land in bins[0] like every value below 2^kHistLog2Min.
+    const int e = static_cast<int>((std::bit_cast<std::uint64_t>(v) >> 52) & 0x7ff) - 1023;
+    const int k = std::clamp(e - kHistLog2Min, 0, kHistBins - 1);
+    ++bins[static_cast<std::size_t>(k)];
+  }
+}
+
+void describe_case(CaseResult& r, const fix::FixtureCase& fc) {
+  const ref::Case& c = fc.c;
+  r.op = ref::name_of(c.op);
+  r.direction = ref::name_of(c.direction);
+  r.block = c.block == ref::Block::none ? "" : std::string(ref::name_of(c.block));
+  r.dtype = ref::name_of(c.dtype_x);
+  r.category = fc.category;
+  r.row_mean_over_sigma.clear();
+  const auto xi = c.inputs.find("x");
+  if (xi == c.inputs.end()) return;
+  ref::Geometry g;
+  try {
+    g = ref::geometry_of(c);
+  } catch (const std::exception&) {
+    return;
+  }
+  const auto find = [&](const char* n) -> const ref::Tensor* {
+    const auto it = c.inputs.find(n);
+    return it == c.inputs.end() ? nullptr : &it->second;
+  };
+  const ref::Tensor* res = c.residual != ref::Residual::none ? find("residual") : nullptr;
+  const ref::Tensor* rb = c.residual == ref::Residual::add_bias ? find("residual_bias") : nullptr;
+  const auto& x = xi->second.data;
+  r.row_mean_over_sigma.resize(static_cast<std::size_t>(g.rows));
+  std::vector<double> h(static_cast<std::size_t>(g.cols));
+  for (std::int64_t row = 0; row < g.rows; ++row) {
+    double sum = 0;
+    for (std::int64_t col = 0; col < g.cols; ++col) {
+      const auto i = static_cast<std::size_t>(g.row_base[row] + g.col_delta[col]);
+      double v = i < x.size() ? x[i] : NAN;
+      if (res) v = c.alpha * v + (i < res->data.size() ? res->data[i] : NAN);
+      if (rb) v += static_cast<std::size_t>(col) < rb->data.size() ? rb->data[static_cast<std::size_t>(col)] : NAN;
+      h[static_cast<std::size_t>(col)] = v;
+      sum += v;
+    }
+    // Two passes in binary64: a descriptive number for plots, not part of any bound.
+    const double n = static_cast<double>(g.cols), mean = sum / n;
+    double ss = 0;
+    for (double v : h) ss += (v - mean) * (v - mean);
+    const double sigma = std::sqrt(ss / n);
+    r.row_mean_over_sigma[static_cast<std::size_t>(row)] =
+        !std::isfinite(mean) || !std::isfinite(sigma) ? NAN : sigma == 0 ? INFINITY : std::fabs(mean) / sigma;
+  }
+}
 
 CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
                       const std::map<std::string, OutputAllowance>& allow) {
   CaseResult res;
   res.case_id = fc.id;
+  // Rows of the outputs of x's shape and of the statistics (mean, rstd), for per-row errors.
+  std::optional<ref::Geometry> geom;
+  std::vector<std::int64_t> x_rows;
+  try {
+    geom = ref::geometry_of(fc.c);
+  } catch (const std::exception&) {
+  }
   for (const auto& [name, exp] : fc.expected) {
     OutputResult o;
     o.name = name;
@@ -100,6 +178,23 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
     }
     const auto& a = at->second.abs;
     double worst_key = -1;
+    // Row of element i: x's shape maps through the geometry; a statistic has one element per row.
+    const std::int64_t* row_of = nullptr;
+    bool stat_rows = false;
+    const bool x_shaped = name == "y" || name == "dx" || name == "residual_out" || name == "dresidual";
+    if (geom && x_shaped && exp.value.shape == geom->shape) {
+      if (x_rows.empty()) x_rows = rows_of(*geom);
+      row_of = x_rows.data();
+    } else if (geom && (name == "mean" || name == "rstd") && exp.value.shape == geom->stat_shape &&
+               static_cast<std::int64_t>(exp.value.data.size()) == geom->rows) {
+      stat_rows = true;
+    }
+    std::vector<RowError> rows;
+    std::vector<std::uint8_t> row_seen;
+    if (row_of || stat_rows) {
+      rows.resize(static_cast<std::size_t>(geom->rows));
+      row_seen.assign(rows.size(), 0);
+    }
     for (std::size_t i = 0; i < t.data.size(); ++i) {
       double allowance = a[i];
       if (std::isnan(allowance)) {
@@ -118,6 +213,17 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
       if (err > allowance) ++o.failed;
       const double ulp = err / ulp_of(std::isfinite(exact) ? exact : expected, o.dtype);
       o.max_ulp = std::max(o.max_ulp, ulp);
+      o.hist_ulp.add(ulp);
+      o.hist_ratio.add(ratio);
+      if (!rows.empty()) {
+        const std::int64_t r = stat_rows ? static_cast<std::int64_t>(i) : row_of[i];
+        if (r >= 0) {
+          auto& re = rows[static_cast<std::size_t>(r)];
+          re.max_ulp = std::max(re.max_ulp, std::isnan(ulp) ? INFINITY : ulp);
+          re.max_ratio = std::max(re.max_ratio, ratio);
+          row_seen[static_cast<std::size_t>(r)] = 1;
+        }
+      }
       o.max_abs = std::max(o.max_abs, err);
       if (std::isfinite(exact) && exact != 0) o.max_rel = std::max(o.max_rel, err / std::fabs(exact));
       if (ratio > worst_key) {
@@ -131,6 +237,11 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
       }
     }
     if (o.worst_index >= 0) o.worst_coords = coords_of(o.worst_index, exp.value.shape);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      if (!row_seen[r]) continue;  // every element of the row mistrusted
+      rows[r].row = static_cast<std::int64_t>(r);
+      o.rows.push_back(rows[r]);
+    }
     if (o.failed > 0) {
       o.verdict = Verdict::failed;
       o.reason = fmt::format("{} of {} elements beyond their allowance", o.failed, o.elements);

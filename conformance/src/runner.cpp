@@ -53,10 +53,50 @@ Json value_json(double v, ref::DType t) {
   return Json{{"decimal", ref::decimal_text(v, t)}, {"hex", ref::hex_text(v)}};
 }
 
+Json histogram_json(const ErrorHistogram& h) {
+  return Json{{"zero", h.zero}, {"bins", h.bins}, {"inf", h.inf}};
+}
+
+// At most this many rows per output go into a results file (evenly spaced, the worst row always
+// among them): enough for the reports' error-against-mean/sigma plot, small for 65537-row cases.
+constexpr std::size_t kMaxRowsPerOutput = 256;
+
+Json rows_json(const std::vector<RowError>& rows, const std::vector<double>& mean_over_sigma) {
+  std::vector<std::size_t> keep;
+  if (rows.size() <= kMaxRowsPerOutput) {
+    for (std::size_t i = 0; i < rows.size(); ++i) keep.push_back(i);
+  } else {
+    std::size_t worst = 0;
+    for (std::size_t i = 1; i < rows.size(); ++i)
+      if (rows[i].max_ratio > rows[worst].max_ratio) worst = i;
+    for (std::size_t k = 0; k < kMaxRowsPerOutput - 1; ++k) keep.push_back(k * rows.size() / (kMaxRowsPerOutput - 1));
+    keep.push_back(worst);
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  }
+  Json row = Json::array(), mos = Json::array(), ulp = Json::array(), ratio = Json::array();
+  for (std::size_t i : keep) {
+    const auto& re = rows[i];
+    row.push_back(re.row);
+    const auto r = static_cast<std::size_t>(re.row);
+    mos.push_back(number(r < mean_over_sigma.size() ? mean_over_sigma[r] : NAN));
+    ulp.push_back(number(re.max_ulp));
+    ratio.push_back(number(re.max_ratio));
+  }
+  return Json{{"count", rows.size()}, {"row", row}, {"mean_over_sigma", mos}, {"max_ulp", ulp}, {"max_ratio", ratio}};
+}
+
 Json case_json(const CaseResult& r, const std::function<std::string(const std::string&)>& repro) {
   Json j;
   j["case_id"] = r.case_id;
   j["verdict"] = name_of(r.verdict);
+  if (!r.op.empty()) {
+    j["op"] = r.op;
+    j["direction"] = r.direction;
+    if (!r.block.empty()) j["block"] = r.block;
+    j["dtype"] = r.dtype;
+    j["category"] = r.category;
+  }
   if (!r.message.empty()) j["message"] = r.message;
   j["seconds"] = r.seconds;
   Json outs = Json::array();
@@ -81,6 +121,11 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
                          {"expected", value_json(o.worst_expected, o.dtype)},
                          {"exact", value_json(o.worst_exact, ref::DType::float64)},
                          {"allowance", number(o.worst_allowance)}};
+    }
+    if (o.elements > 0) {
+      jo["histogram"] = Json{{"log2_min", kHistLog2Min}, {"ulp", histogram_json(o.hist_ulp)},
+                             {"ratio", histogram_json(o.hist_ratio)}};
+      if (!o.rows.empty()) jo["rows"] = rows_json(o.rows, r.row_mean_over_sigma);
     }
     outs.push_back(std::move(jo));
   }
@@ -152,6 +197,8 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
       if (next.valid()) next.wait();
       break;
     }
+    CaseResult about;  // what the case is (op, dtype, rows' mean/sigma), the same for every candidate
+    describe_case(about, fc);
     auto work = [&](std::size_t first) {
       for (std::size_t i = first; i < candidates.size(); i += threads) {
         CaseResult res;
@@ -177,6 +224,12 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
         }
         res.case_id = id;
         res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        res.op = about.op;
+        res.direction = about.direction;
+        res.block = about.block;
+        res.dtype = about.dtype;
+        res.category = about.category;
+        res.row_mean_over_sigma = about.row_mean_over_sigma;
         std::lock_guard lock(report);
         tally(runs[i], res);
         if (journal) {
@@ -273,6 +326,7 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
     } else {
       res = check_case(fc, got, derive_allowances(fc.c));
     }
+    describe_case(res, fc);
     tally(run, res);
     if (opt.on_case) opt.on_case(run, res);
   }

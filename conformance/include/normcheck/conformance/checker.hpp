@@ -22,6 +22,25 @@ std::optional<Verdict> parse_verdict(std::string_view name);
 // FAILED, MISSING, CRASHED and TIMEOUT make `run`/`check` exit 1.
 bool is_failure(Verdict v);
 
+// Histogram of one error measure over the compared elements of an output, for the reports
+// (reports/RESULTS.md, "histogram"): `zero` exact, `bins[k]` with 2^(kHistLog2Min + k) <= v <
+// 2^(kHistLog2Min + k + 1) (values below the first bin counted in bins[0], above the last in
+// the last), `inf` infinite (NaN against a number).
+inline constexpr int kHistLog2Min = -20;
+inline constexpr int kHistBins = 41;  // 2^-20 ... 2^20
+struct ErrorHistogram {
+  std::int64_t zero = 0, inf = 0;
+  std::vector<std::int64_t> bins = std::vector<std::int64_t>(kHistBins, 0);
+  void add(double v);
+};
+
+// The largest errors of one row (the index set of the non-normalized dims, reference/case.hpp
+// Geometry) of an output that has rows: outputs of x's shape and the statistics (mean, rstd).
+struct RowError {
+  std::int64_t row = 0;
+  double max_ulp = 0, max_ratio = 0;
+};
+
 // One output of one case.
 struct OutputResult {
   std::string name;
@@ -40,6 +59,10 @@ struct OutputResult {
   std::vector<std::int64_t> worst_coords;
   double worst_got = 0, worst_expected = 0, worst_exact = 0, worst_allowance = 0;
   ref::DType dtype = ref::DType::float32;
+  // For the reports: histograms of the error in ulps and of error / allowance, and per row
+  // (outputs with rows only) the largest errors.
+  ErrorHistogram hist_ulp, hist_ratio;
+  std::vector<RowError> rows;
 };
 
 struct CaseResult {
@@ -48,7 +71,17 @@ struct CaseResult {
   std::string message;  // UNSUPPORTED / CRASHED / TIMEOUT: the reason
   std::vector<OutputResult> outputs;
   double seconds = 0;  // time the candidate took
+  // What the case is, for the reports' matrix (set by describe_case from the fixture case).
+  std::string op, direction, block, dtype, category;
+  // Per row of the case: |mean| / sigma of the row's normalized input (x, or the residual sum
+  // h = alpha x + residual (+ residual_bias)); infinite for a constant row, NaN for a row with a
+  // non-finite value. The variance's condition number is sqrt(1 + (mean/sigma)^2).
+  std::vector<double> row_mean_over_sigma;
 };
+
+// Sets the descriptive fields of `r` (op, direction, block, dtype, category, the rows' mean/sigma)
+// from the fixture case; the verdicts are untouched.
+void describe_case(CaseResult& r, const fix::FixtureCase& fc);
 
 // Compares `got` with `fc.expected` under `allow` (derive_allowances(fc.c)). Extra outputs are
 // ignored; a wrong shape or dtype FAILS that output; NaN where a finite value is expected (or

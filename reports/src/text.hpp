@@ -1,0 +1,45 @@
+// Text shared by the writers: numbers, the description of a failing case, escaping.
+#pragma once
+
+#include <string>
+
+#include "normcheck/reports/report.hpp"
+
+namespace normcheck::reports::text {
+
+// A number for people: %.3g, "inf", "nan".
+std::string num(double v);
+// "[0, 5]"
+std::string coords(const std::vector<std::int64_t>& c);
+// One line: "y at [0, 5] (flat 5): got 1 (0x1p+0), expected ..., exact ...; error 3 ulp = 2.1 x the allowance 1e-07"
+std::string worst_line(const Output& o);
+// One line per dialect: "eps_outside_sqrt (class A, eps added outside the sqrt): explains the failure, score 0.4 — evidence"
+std::string diagnosis_line(const Diagnosis& d);
+// The whole story of a case that did not pass: verdict, message, each output that did not pass
+// with its worst element, the diagnosis, the repro command. Several lines.
+std::string case_detail(const Case& c);
+// Property verdict, counterexample, diagnosis, reproduce.
+std::string property_detail(const Property& p);
+
+// The conformance matrix of one run: verdict counts per (op, dtype, category), sorted.
+struct MatrixRow {
+  std::string op, dtype, category;
+  std::map<std::string, std::int64_t> counts;  // every verdict of kVerdictColumns
+  std::int64_t total = 0;
+};
+std::vector<MatrixRow> matrix_of(const Run& r);
+
+// Cases that did not pass (failures; for mutants too), most severe first: by verdict failure,
+// then by the worst output's max_ratio.
+struct Ranked {
+  const Run* run;
+  const Case* c;
+};
+std::vector<Ranked> failing_cases(const Report& r, bool mutants);
+
+std::string xml_escape(const std::string& s);   // also drops characters XML 1.0 forbids
+std::string html_escape(const std::string& s);
+std::string md_cell(const std::string& s);      // a Markdown table cell: | escaped, newlines -> <br>
+std::string md_code(const std::string& s);      // an inline code span, backticks in s kept
+
+}  // namespace normcheck::reports::text
