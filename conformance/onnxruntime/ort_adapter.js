@@ -218,7 +218,7 @@ function plan(kernel, c, inputs, wanted) {
   if (c.direction !== 'forward') throw new Declined(`ONNX Runtime's inference kernels have no backward (${kernel.op})`);
   if (c.block !== 'none') throw new Declined('residual blocks are not one ONNX Runtime node');
   const t = c.dtype_x;
-  if (t === 'bfloat16') throw new Declined(`ONNX Runtime 1.30 registers ${kernel.op} on the CPU for float, double and float16, not bfloat16`);
+  if (t === 'bfloat16') throw new Declined('onnxruntime-node cannot pass bfloat16 tensors (a bfloat16 model fails to load: "Unsupported data type: 16")');
   if (t === 'float64') throw new Declined('float64 is not run: the ONNX type of Mean/InvStdDev (U) has no double, ONNX Runtime narrows them to float32');
   if (!FLOAT_T.includes(t)) throw new Declined(`dtype ${t} is not run`);
   const same = [['dtype_param', c.dtype_param], ['dtype_out', c.dtype_out]];
