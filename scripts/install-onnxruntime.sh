@@ -27,7 +27,14 @@ if [[ -n "$have" && "$have" == "$want" ]]; then
   exit 0
 fi
 command -v node >/dev/null || fail "node is not installed"
-command -v npm >/dev/null || fail "npm is not installed"
+if ! command -v npm >/dev/null; then
+  # Debian's nodejs comes without npm (NodeSource's nodejs carries its own and conflicts with
+  # Debian's npm package, so npm is only asked for when the command is missing).
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  echo "install-onnxruntime: npm is missing; installing Debian's npm"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends --no-remove npm || true
+  command -v npm >/dev/null || fail "npm is not installed"
+fi
 echo "install-onnxruntime: npm ci --ignore-scripts (onnxruntime-node $want) in $dir"
 (cd "$dir" && timeout 600 npm ci --ignore-scripts --no-audit --no-fund) || fail "npm ci failed"
 node -e "require('$dir/node_modules/onnxruntime-node')" || fail "onnxruntime-node does not load"
