@@ -34,7 +34,7 @@ const PROTOCOL = 'normcheck-subprocess';
 const VERSION = 1;
 const MAX_HEADER_BYTES = 1 << 20;
 const ITEMSIZE = { float64: 8, float32: 4, float16: 2, bfloat16: 2 };
-const BUILDER_VERSION = 1; // part of every model's cache key: bump when ort_models.py changes a model
+const BUILDER_VERSION = 2; // part of every model's cache key: bump when ort_models.py changes a model
 
 const KERNELS = {
   layernorm: { op: 'LayerNormalization', normOp: 'layernorm', residual: false },
@@ -254,6 +254,9 @@ function plan(kernel, c, inputs, wanted) {
   const xdims = kernel.residual ? [1, rows, hidden] : x.shape;
   const pdims = kernel.residual ? [hidden] : x.shape.slice(rank - k);
   const axis = kernel.residual ? 2 : rank - k;
+  // The case's own ONNX axis (negative ones too) goes into the model as given; an explicit
+  // `axes` list that is a trailing range becomes its first dim.
+  const axisAttr = kernel.residual || c.axes !== undefined ? axis : c.axis;
 
   const feeds = [['X', t, xdims, x.data]];
   const ones = () => {
@@ -274,7 +277,7 @@ function plan(kernel, c, inputs, wanted) {
     fetch.push([name, slot]);
   }
   const spec = {
-    builder: BUILDER_VERSION, op: kernel.op, dtype: t, stats_dtype: 'float32', rank: xdims.length, axis,
+    builder: BUILDER_VERSION, op: kernel.op, dtype: t, stats_dtype: 'float32', rank: xdims.length, axis, axis_attr: axisAttr,
     epsilon_hex: c.epsilon_hex, inputs: feeds.map((f) => f[0]), outputs: fetch.map((f) => f[1]),
   };
   return { spec, feeds, fetch };

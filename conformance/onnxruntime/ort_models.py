@@ -10,7 +10,10 @@ The spec (JSON, made by ort_adapter.js, which also names the cached file after i
   dtype     float32 or float16: the type T of every tensor input and of Y (and the residual sum)
   stats_dtype  float32: the type U of Mean / InvStdDev (stash_type = 1)
   rank      rank of X (all extents symbolic: one model serves every shape of that rank)
-  axis      first normalized dim (the two plain ops; the Skip ops normalize the last dim)
+  axis      first normalized dim, in [0, rank) (the two plain ops; the Skip ops normalize the last dim)
+  axis_attr the value of the `axis` attribute: the case's own axis when it has one, negative ones
+            included (ONNX resolves axis < 0 as axis + rank: that is ONNX Runtime's job, and a
+            fault it has had, onnxruntime #26407); else `axis`
   epsilon_hex  C99 hex float of the case's binary64 epsilon; ONNX stores the attribute as a
             float32, so the op sees epsilon rounded to float32 (TOLERANCE.md 3.4, conv(eps))
   inputs    the graph inputs present, by ONNX input slot name (see SLOTS)
@@ -79,7 +82,9 @@ def build(spec):
 
     attrs = {"epsilon": float.fromhex(spec["epsilon_hex"])}
     if not skip:
-        attrs["axis"] = axis
+        attrs["axis"] = int(spec.get("axis_attr", axis))
+        if attrs["axis"] not in (axis, axis - rank):
+            raise ValueError(f"axis_attr {attrs['axis']} is not axis {axis} of rank {rank}")
         attrs["stash_type"] = 1
     node = helper.make_node(op, node_in, node_out, domain=DOMAIN[op], **attrs)
     g_in = [helper.make_tensor_value_info(s, t, shape_of(s)) for s in in_slots if s in inputs]

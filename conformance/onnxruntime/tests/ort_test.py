@@ -37,7 +37,7 @@ EXPECTED = {
         "ln_bf16": ("UNSUPPORTED", "bfloat16"), "ln_f16_onnx": ("UNSUPPORTED", "contract onnx"),
     },
     "rmsnorm": {
-        "rms_f32_w": "PASSED", "rms_f16_w": "PASSED",
+        "rms_f32_w": "PASSED", "rms_f16_w": "PASSED", "rms_f32_axis_m2": "PASSED",
         "rms_f32_wb": ("UNSUPPORTED", "no bias input"),
         "rms_f32_add_bias": ("UNSUPPORTED", "fused residual"), "rms_f16_add": ("UNSUPPORTED", "fused residual"),
         "rms_f16_lowp": ("UNSUPPORTED", "fused residual"), "rms_f16_add_bias": ("UNSUPPORTED", "fused residual"),
@@ -55,6 +55,7 @@ EXPECTED = {
         "rms_f32_add_bias": "PASSED", "rms_f16_add": "PASSED", "rms_f16_add_bias": "PASSED",
         "rms_f32_w": "PASSED", "rms_f16_w": "PASSED",
         "rms_f32_wb": ("UNSUPPORTED", "no output bias"), "rms_f16_lowp": ("UNSUPPORTED", "fused_add_lowp"),
+        "rms_f32_axis_m2": ("UNSUPPORTED", "other than the last"),
     },
 }
 
