@@ -2,7 +2,8 @@
 """ctest onnxruntime.adapter_protocol: ort_adapter.js (the protocol's Node.js child) driven by a
 host written here from conformance/PROTOCOL.md alone: the hello, a run checked against a closed
 form, the *_hex values taking precedence, decline and error replies that keep it serving, bye
-and end of input, and malformed requests (exit 2). Exit 77 (SKIPPED) without onnxruntime-node.
+and end of input, and malformed requests (exit 2); and ort_models.py's models. Without
+onnxruntime-node only the model tests run, then exit 77 (SKIPPED).
 
     ort_adapter_test.py NODE MODEL_CACHE_DIR
 """
@@ -16,6 +17,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ADAPTER = os.path.join(os.path.dirname(HERE), "ort_adapter.js")
+sys.path.insert(0, os.path.dirname(HERE))
+import ort_models  # noqa: E402
 NODE, CACHE = "node", "/tmp"
 
 
@@ -156,11 +159,46 @@ class AdapterProtocol(unittest.TestCase):
         self.assert_gives_up(json.dumps(header).encode() + b"\n", payload[:-3])
 
 
+class Models(unittest.TestCase):
+    """ort_models.py alone (no ONNX Runtime needed)."""
+
+    def spec(self, **kw):
+        s = {"op": "SkipLayerNormalization", "dtype": "float16", "stats_dtype": "float32", "rank": 3, "axis": 2,
+             "epsilon_hex": "0x1.4f8b588e368f1p-17", "inputs": ["X", "Skip", "Gamma", "Bias"], "outputs": ["Y", "Sum"]}
+        s.update(kw)
+        return s
+
+    def test_absent_optional_slots_stay_empty(self):
+        node = ort_models.build(self.spec()).graph.node[0]
+        self.assertEqual(list(node.input), ["X", "Skip", "Gamma", "", "Bias"])  # Beta absent, Bias in slot 4
+        self.assertEqual(list(node.output), ["Y", "", "", "Sum"])
+        self.assertEqual(node.domain, "com.microsoft")
+        eps = [a.f for a in node.attribute if a.name == "epsilon"][0]
+        self.assertEqual(eps, struct.unpack("<f", struct.pack("<f", 1e-5))[0])  # float32 attribute
+
+    def test_layernorm_axis_and_stats(self):
+        m = ort_models.build(self.spec(op="LayerNormalization", dtype="float32", rank=4, axis=2, axis_attr=-2,
+                                       inputs=["X", "Scale"], outputs=["Y", "InvStdDev"]))
+        attrs = {a.name: a for a in m.graph.node[0].attribute}
+        self.assertEqual((attrs["axis"].i, attrs["stash_type"].i), (-2, 1))
+        stat = [o for o in m.graph.output if o.name == "InvStdDev"][0].type.tensor_type
+        self.assertEqual([d.dim_value or d.dim_param for d in stat.shape.dim], ["d0", "d1", 1, 1])
+
+    def test_bad_specs(self):
+        for bad in (dict(op="GroupNormalization"), dict(inputs=["X", "Skip", "Gamma", "Scale"]),
+                    dict(op="LayerNormalization", inputs=["X", "Scale"], outputs=["Y"], axis=1, axis_attr=-1)):
+            with self.assertRaises(ValueError):
+                ort_models.build(self.spec(**bad))
+
+
 if __name__ == "__main__":
     NODE, CACHE = sys.argv[1], sys.argv[2]
     pkg = os.path.join(os.path.dirname(HERE), "node_modules", "onnxruntime-node", "package.json")
     if not os.path.exists(pkg):
-        print(f"SKIPPED: {pkg} is missing (scripts/install-onnxruntime.sh)")
+        result = unittest.main(argv=sys.argv[:1] + ["Models"], exit=False).result
+        if not result.wasSuccessful():
+            sys.exit(1)
+        print(f"SKIPPED (the adapter's tests): {pkg} is missing (scripts/install-onnxruntime.sh)")
         sys.exit(77)
     result = unittest.main(argv=sys.argv[:1], exit=False).result
     sys.exit(0 if result.wasSuccessful() else 1)
