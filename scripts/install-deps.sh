@@ -16,12 +16,16 @@ packages=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd  # bundled candidate: OpenCL kernel, run on PoCL
   python3-torch                                 # bundled candidate: the PyTorch adapter (CPU)
   nodejs libxml2-utils chromium                 # reports: Chart.js from npm, xmllint (JUnit schema), headless HTML test
+  python3-onnx                                  # bundled candidates: ONNX Runtime (Node adapter, models by onnx.helper)
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# ONNX Runtime comes from npm (scripts/install-onnxruntime.sh); failing to get it is not fatal.
+trap '"$(dirname "${BASH_SOURCE[0]}")/install-onnxruntime.sh"' EXIT
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"

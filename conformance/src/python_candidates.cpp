@@ -23,7 +23,9 @@ std::string python_dir() {
 
 class LazyAdapter : public Candidate {
  public:
-  LazyAdapter(CandidateInfo info, std::vector<std::string> argv) : info_(std::move(info)), argv_(std::move(argv)) {}
+  LazyAdapter(CandidateInfo info, std::vector<std::string> argv, double hello_timeout_s, std::string unavailable)
+      : info_(std::move(info)), argv_(std::move(argv)), hello_timeout_s_(hello_timeout_s),
+        start_error_(std::move(unavailable)) {}
   const CandidateInfo& info() const override { return info_; }
   std::optional<std::string> declines(const ref::Case& c) const override {
     if (auto why = unsupported_reason(info_.caps, c)) return why;
@@ -42,7 +44,7 @@ class LazyAdapter : public Candidate {
     if (child_ || !start_error_.empty()) return;
     try {
       SubprocessOptions opt;
-      opt.hello_timeout_s = 120;  // importing torch on a loaded 2-core machine
+      opt.hello_timeout_s = hello_timeout_s_;
       child_ = make_subprocess_candidate(argv_, info_.name, opt);
     } catch (const std::exception& e) {
       start_error_ = fmt::format("cannot start the adapter: {}", e.what());
@@ -50,6 +52,7 @@ class LazyAdapter : public Candidate {
   }
   CandidateInfo info_;
   std::vector<std::string> argv_;
+  double hello_timeout_s_;
   mutable std::unique_ptr<Candidate> child_;
   mutable std::string start_error_;
 };
@@ -70,11 +73,16 @@ CandidateInfo torch_info() {
 }
 
 std::unique_ptr<Candidate> make_torch() {
-  return std::make_unique<LazyAdapter>(torch_info(),
-                                       std::vector<std::string>{NORMCHECK_PYTHON_EXE, python_dir() + "/torch_adapter.py"});
+  // 120 s: importing torch on a loaded 2-core machine.
+  return make_lazy_adapter(torch_info(), {NORMCHECK_PYTHON_EXE, python_dir() + "/torch_adapter.py"}, 120);
 }
 
 }  // namespace
+
+std::unique_ptr<Candidate> make_lazy_adapter(CandidateInfo info, std::vector<std::string> argv, double hello_timeout_s,
+                                             std::string unavailable) {
+  return std::make_unique<LazyAdapter>(std::move(info), std::move(argv), hello_timeout_s, std::move(unavailable));
+}
 
 std::vector<BuiltinEntry> python_builtins() { return {{torch_info(), &make_torch}}; }
 
