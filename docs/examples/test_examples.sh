@@ -41,6 +41,11 @@ ctest --test-dir "$work/kl" --output-on-failure || fail "kernel-library's confor
 n="$(passed_cases "$work/kl/normcheck-results/tiny_rmsnorm.json")"
 (( n >= 5 )) || fail "kernel-library: only $n cases passed; the kernel was hardly exercised"
 echo "kernel-library: $n cases passed"
+junit="$work/kl/normcheck-junit/tiny_rmsnorm.xml"
+[[ -s "$junit" ]] || fail "kernel-library: no JUnit file"
+if command -v xmllint >/dev/null; then
+  xmllint --noout --schema "$here/../../reports/junit.xsd" "$junit" || fail "kernel-library: JUnit not valid"
+fi
 
 echo "--- kernel-library with eps outside the sqrt: its conformance test must fail"
 configure "$here/kernel-library" "$work/kl-fault" -DTINY_PLANT_FAULT=ON
