@@ -7,6 +7,7 @@
 #   include/normcheck/candidate.h
 #   share/normcheck/python/     (normcheck_protocol.py, the adapters)
 #   share/normcheck/cases/      (smoke.json, ci.json, nightly.json)
+#   share/normcheck/web/        (Chart.js for the HTML reports)
 #   lib/cmake/normcheck/        (the package)
 include(CMakePackageConfigHelpers)
 
@@ -29,6 +30,14 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/conformance/python/ DESTINATION share/no
   FILES_MATCHING PATTERN "*.py" PATTERN "README.md" PATTERN "tests" EXCLUDE PATTERN "__pycache__" EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/cases/ DESTINATION share/normcheck/cases
   FILES_MATCHING PATTERN "*.json")
+# Chart.js for the HTML reports (installed from npm by scripts/install-report-deps.sh), with
+# its license texts.
+foreach(_f chart.js/dist/chart.umd.js chart.js/LICENSE.md chart.js/package.json @kurkle/color/LICENSE.md)
+  if(EXISTS ${NORMCHECK_REPORT_WEB_DIR}/${_f})
+    get_filename_component(_d ${_f} DIRECTORY)
+    install(FILES ${NORMCHECK_REPORT_WEB_DIR}/${_f} DESTINATION share/normcheck/web/${_d})
+  endif()
+endforeach()
 get_property(_normcheck_plugins GLOBAL PROPERTY NORMCHECK_BUNDLED_PLUGINS)
 if(_normcheck_plugins)
   set_target_properties(${_normcheck_plugins} PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)

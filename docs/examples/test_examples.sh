@@ -47,6 +47,11 @@ if command -v xmllint >/dev/null; then
   xmllint --noout --schema "$here/../../reports/junit.xsd" "$junit" || fail "kernel-library: JUnit not valid"
 fi
 
+# The installed CLI writes the HTML report with its own copy of Chart.js.
+env -u NORMCHECK_REPORT_WEB_DIR "$prefix/bin/normcheck" report "$work/kl/normcheck-results/tiny_rmsnorm.json" \
+  --html "$work/report" --markdown "$work/summary.md" >/dev/null || fail "installed normcheck report failed"
+grep -q "Chart.js" "$work/report/index.html" || fail "the installed report lacks Chart.js"
+
 echo "--- kernel-library with eps outside the sqrt: its conformance test must fail"
 configure "$here/kernel-library" "$work/kl-fault" -DTINY_PLANT_FAULT=ON
 if ctest --test-dir "$work/kl-fault" >"$work/fault.log" 2>&1; then

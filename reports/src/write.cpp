@@ -49,11 +49,23 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
+// Where Chart.js is: $NORMCHECK_REPORT_WEB_DIR; else an installed normcheck's
+// <prefix>/share/normcheck/web (found from <prefix>/bin/normcheck); else the build's source tree.
+fs::path plot_library_dir() {
+  if (const char* env = std::getenv("NORMCHECK_REPORT_WEB_DIR"); env && *env) return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = (exe.parent_path() / ".." / "share" / "normcheck" / "web").lexically_normal();
+    if (fs::is_directory(installed, ec)) return installed;
+  }
+  return NORMCHECK_REPORT_WEB_DIR;
+}
+
 }  // namespace
 
 PlotLibrary load_plot_library() {
-  const char* env = std::getenv("NORMCHECK_REPORT_WEB_DIR");
-  const fs::path dir = env && *env ? fs::path(env) : fs::path(NORMCHECK_REPORT_WEB_DIR);
+  const fs::path dir = plot_library_dir();
   PlotLibrary lib;
   lib.name = "Chart.js";
   lib.js = slurp(dir / "chart.js" / "dist" / "chart.umd.js");
