@@ -83,6 +83,21 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
     outs.push_back(std::move(jo));
   }
   j["outputs"] = std::move(outs);
+  if (r.verdict == Verdict::failed && r.diagnosed) {
+    Json d = Json::array();
+    for (const auto& e : r.diagnosis) {
+      Json je{{"dialect", e.dialect},   {"fault_class", e.fault_class}, {"title", e.title},
+              {"score", number(e.score)}, {"explains", e.explains},      {"evidence", e.evidence}};
+      if (!e.parameters.empty()) {
+        Json p;
+        for (const auto& [k, v] : e.parameters) p[k] = number(v);
+        je["parameters"] = std::move(p);
+      }
+      if (!e.same_as.empty()) je["same_as"] = e.same_as;
+      d.push_back(std::move(je));
+    }
+    j["diagnosis"] = std::move(d);
+  }
   if ((is_failure(r.verdict) || r.verdict == Verdict::mistrusted) && repro) j["repro"] = repro(r.case_id);
   return j;
 }
@@ -109,6 +124,7 @@ std::string describe(const CaseResult& r) {
           ref::hex_text(o.worst_exact), o.max_ulp, o.max_ratio, o.worst_allowance);
     }
   }
+  if (r.verdict == Verdict::failed && r.diagnosed) s += "\n    " + describe_diagnosis(r.diagnosis);
   return s;
 }
 
@@ -160,6 +176,10 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
           } else {
             const Outputs got = candidates[i]->run(fc.c);
             res = check_case(fc, got, allow);
+            if (opt.diagnose && res.verdict == Verdict::failed) {
+              res.diagnosis = diagnose(fc, got, allow);
+              res.diagnosed = true;
+            }
           }
         } catch (const CandidateDeclined& e) {
           res.verdict = Verdict::unsupported;
@@ -267,7 +287,12 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
         res.outputs.push_back(o);
       }
     } else {
-      res = check_case(fc, got, derive_allowances(fc.c));
+      const auto allow = derive_allowances(fc.c);
+      res = check_case(fc, got, allow);
+      if (opt.diagnose && res.verdict == Verdict::failed) {
+        res.diagnosis = diagnose(fc, got, allow);
+        res.diagnosed = true;
+      }
     }
     tally(run, res);
     if (opt.on_case) opt.on_case(run, res);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/diagnosis.hpp"
 #include "normcheck/conformance/tolerance.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
 
@@ -48,7 +49,15 @@ struct CaseResult {
   std::string message;  // UNSUPPORTED / CRASHED / TIMEOUT: the reason
   std::vector<OutputResult> outputs;
   double seconds = 0;  // time the candidate took
+  // FAILED cases: the best dialects of the diagnosis panel (diagnosis.hpp), best first.
+  std::vector<Diagnosis> diagnosis;
+  bool diagnosed = false;  // the panel ran (an empty `diagnosis` then: no dialect applies)
 };
+
+// Error of `got` against the exact value `exact` (whose correctly rounded value is `expected`),
+// in value units, as the checker measures it: infinite when the kinds differ (NaN against a
+// number, an infinity where the value does not overflow).
+double element_error(double got, double exact, double expected, ref::DType t);
 
 // Compares `got` with `fc.expected` under `allow` (derive_allowances(fc.c)). Extra outputs are
 // ignored; a wrong shape or dtype FAILS that output; NaN where a finite value is expected (or
