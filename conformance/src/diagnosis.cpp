@@ -41,7 +41,9 @@ enum class ResMode { normal, not_added, after_norm, alpha_on_residual };
 enum class ResOut { normal, missing_bias, holds_y, holds_xhat };
 enum class RstdOut { rstd, std_dev, variance };
 enum class DxMode { normal, no_mean, no_projection };
-enum class ColSum { normal, bf16_sequential, bf16_rounded, zero_columns };
+// bf16_interval: the column sums are bfloat16 values within the error bound of a bfloat16
+// summation in any order (Predictions::slack, grid).
+enum class ColSum { normal, bf16_interval, zero_columns };
 enum class BlockMode { normal, pre_residual_after_norm, deepnorm_alpha_on_f, post_double_norm };
 
 // One semantics: the spec's values by default; a dialect changes one thing.
@@ -73,7 +75,17 @@ struct Knobs {
   BlockMode block = BlockMode::normal;
 };
 
-using Predictions = std::map<std::string, std::vector<double>>;
+// Predicted values per output (in the order of a Layout). A dialect that cannot say the order of
+// its roundings predicts an interval instead: `slack` around the value, for outputs whose values
+// must lie on the grid of dtype `grid` (a value off the grid gets no slack).
+struct Predictions {
+  std::map<std::string, std::vector<double>> values;
+  std::map<std::string, std::vector<double>> slack;
+  std::map<std::string, DType> grid;
+  std::vector<double>& operator[](const std::string& name) { return values[name]; }
+  auto find(const std::string& name) const { return values.find(name); }
+  auto end() const { return values.end(); }
+};
 
 double rnd(Wide v, DType t) { return ref::round_to(static_cast<double>(v), t); }
 
@@ -140,13 +152,14 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
     return finish(s, k);
   }
   LD ss = 0;
-  if (k.arith == StatArith::merge_halves && n >= 2) {
-    // Two halves merged as if each held N/2 elements: mean (ma + mb)/2, M2 + delta^2 N/4.
+  if (k.arith == StatArith::merge_halves) {
+    // Two halves merged as if each held N/2 elements: mean (ma + mb)/2, M2 + delta^2 N/4. An
+    // empty half (N = 1) is a partial of zero sums: mean 0, M2 0.
     const std::int64_t half = n / 2;
     auto part = [&](std::int64_t lo, std::int64_t hi, LD& mean, LD& m2) {
       LD sum = 0;
       for (std::int64_t i = lo; i < hi; ++i) sum += h[i];
-      mean = sum / static_cast<LD>(hi - lo);
+      mean = hi > lo ? sum / static_cast<LD>(hi - lo) : LD(0);
       m2 = 0;
       for (std::int64_t i = lo; i < hi; ++i) {
         const LD d = k.centre ? h[i] - mean : h[i];
@@ -161,7 +174,7 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
       const LD delta = mb - ma;
       ss = m2a + m2b + delta * delta * N / 4;
     } else {
-      ss = (m2a / static_cast<LD>(half) + m2b / static_cast<LD>(n - half)) / 2 * N;
+      ss = ((half > 0 ? m2a / static_cast<LD>(half) : LD(0)) + m2b / static_cast<LD>(n - half)) / 2 * N;
     }
   } else {
     if (k.centre) {
@@ -401,11 +414,10 @@ class Engine {
     std::vector<double>* dres = r_ ? &p["dresidual"] : nullptr;
     if (dres) dres->assign(NS, 0.0);
     std::vector<LD> dw(n, 0), db(n, 0), drb(n, 0);
-    std::vector<double> dw_s(n, 0), db_s(n, 0), drb_s(n, 0);  // bf16_sequential accumulators
-    auto accumulate = [&](std::vector<LD>& acc, std::vector<double>& seq, std::int64_t j, LD term) {
+    std::vector<LD> dw_a(n, 0), db_a(n, 0), drb_a(n, 0);  // sums of |terms|: bf16_interval's bound
+    auto accumulate = [&](std::vector<LD>& acc, std::vector<LD>& abs_sum, std::int64_t j, LD term) {
       acc[j] += term;
-      if (k.colsum == ColSum::bf16_sequential)
-        seq[j] = ref::round_to(static_cast<double>(seq[j] + term), DType::bfloat16);
+      abs_sum[j] += std::fabs(term);
     };
     std::vector<LD> g(n), xh(n);
     for (std::int64_t ri = 0; ri < RS; ++ri) {
@@ -429,8 +441,8 @@ class Engine {
         g[j] = dyv * scale;
         gsum += g[j];
         gx += g[j] * xh[j];
-        if (w_) accumulate(dw, dw_s, j, dyv * xh[j]);
-        if (b_) accumulate(db, db_s, j, dyv);
+        if (w_) accumulate(dw, dw_a, j, dyv * xh[j]);
+        if (b_) accumulate(db, db_a, j, dyv);
       }
       const LD gbar = gsum / static_cast<LD>(n), m2 = gx / static_cast<LD>(n);
       for (std::int64_t j = 0; j < n; ++j) {
@@ -440,24 +452,31 @@ class Engine {
         const LD dh = stat_of(ri, j).rstd * K;
         dx[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(alpha * dh);
         if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(dh);
-        if (rb_) accumulate(drb, drb_s, j, dh);
+        if (rb_) accumulate(drb, drb_a, j, dh);
       }
     }
-    auto emit = [&](const char* name, const std::vector<LD>& acc, const std::vector<double>& seq) {
+    auto emit = [&](const char* name, const std::vector<LD>& acc, const std::vector<LD>& abs_sum) {
       auto& o = p[name];
       o.assign(static_cast<std::size_t>(n), 0.0);
       const auto zc = k.zero_cols.find(name);
       for (std::int64_t j = 0; j < n; ++j) {
         double v = static_cast<double>(acc[j]);
-        if (k.colsum == ColSum::bf16_sequential) v = seq[j];
-        if (k.colsum == ColSum::bf16_rounded) v = ref::round_to(v, DType::bfloat16);
         if (zc != k.zero_cols.end() && zc->second[j]) v = 0;
         o[j] = v;
       }
+      if (k.colsum == ColSum::bf16_interval) {
+        // Any order of R additions in bfloat16: |error| <= gamma(R) sum |terms| (Higham 4.2),
+        // plus the rounding of each term to bfloat16.
+        const LD u = ref::unit_roundoff(DType::bfloat16), R = static_cast<LD>(RS) + 1;
+        auto& sl = p.slack[name];
+        sl.resize(static_cast<std::size_t>(n));
+        for (std::int64_t j = 0; j < n; ++j) sl[j] = static_cast<double>(R * u / (1 - R * u) * abs_sum[j] * (1 + u));
+        p.grid[name] = DType::bfloat16;
+      }
     };
-    if (w_) emit("dweight", dw, dw_s);
-    if (b_) emit("dbias", db, db_s);
-    if (rb_) emit("dresidual_bias", drb, drb_s);
+    if (w_) emit("dweight", dw, dw_a);
+    if (b_) emit("dbias", db, db_a);
+    if (rb_) emit("dresidual_bias", drb, drb_a);
     return p;
   }
 
@@ -559,6 +578,7 @@ class Engine {
 
 struct Score {
   double score = 0;
+  std::int64_t beyond = 0;  // elements beyond their allowance (ranks dialects of equal score)
   std::string worst_output;
   std::int64_t worst_index = -1;
 };
@@ -592,6 +612,14 @@ double error_against(double got, double p, DType t) {
   return element_error(got, p, expected, t);
 }
 
+// The checker's allowance of element i (NaN: mistrusted), one ulp more where the reference's
+// rounding is undecided.
+double a_abs(const OutputAllowance& a, const ref::Output& exp, std::size_t i, DType t) {
+  double allowance = a.abs[i];
+  if (!std::isnan(allowance) && !exp.certified[i]) allowance += ulp_of(exp.f64[i], t);
+  return allowance;
+}
+
 // Largest error / allowance of a dialect's predictions over the elements of `lay` (dialect ==
 // nullptr: the certified values over every element).
 Score score_of(const fix::FixtureCase& fc, const Outputs& got, const std::map<std::string, OutputAllowance>& allow,
@@ -599,6 +627,7 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got, const std::map<st
   Score s;
   double worst = -1;
   auto see = [&](double ratio, const std::string& name, std::size_t i) {
+    if (ratio > 1) ++s.beyond;
     if (ratio > worst) {
       worst = ratio;
       s.score = ratio;
@@ -612,9 +641,8 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got, const std::map<st
     const auto& a = allow.at(name);
     const DType t = exp.value.dtype;
     auto ratio_at = [&](std::size_t i, double p) {
-      double allowance = a.abs[i];
+      const double allowance = a_abs(a, exp, i, t);
       if (std::isnan(allowance)) return -1.0;
-      if (!exp.certified[i]) allowance += ulp_of(exp.f64[i], t);
       const double g = gv[i];
       const double err = std::isnan(g) && a.nan_ok[i] ? 0.0 : error_against(g, p, t);
       return err == 0 ? 0.0 : (allowance > 0 ? err / allowance : kInf);
@@ -627,9 +655,21 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got, const std::map<st
     const auto di = dialect->find(name), si = spec->find(name);
     if (fi == lay->flat.end() || di == dialect->end() || si == spec->end()) continue;
     const auto& flat = fi->second;
+    const auto sl = dialect->slack.find(name);
+    const auto gr = dialect->grid.find(name);
     for (std::size_t ci = 0; ci < flat.size(); ++ci) {
       const std::size_t i = flat[ci];
-      see(ratio_at(i, predicted(di->second[ci], si->second[ci], exp.f64[i])), name, i);
+      const double p = predicted(di->second[ci], si->second[ci], exp.f64[i]);
+      if (sl != dialect->slack.end() && gr != dialect->grid.end() && std::isfinite(gv[i]) &&
+          ref::representable(gv[i], gr->second)) {
+        // An interval prediction: a value of the grid within the slack is explained.
+        const double al = a_abs(a, exp, i, t);
+        if (std::isnan(al)) continue;
+        const double err = std::max(0.0, std::fabs(gv[i] - p) - sl->second[ci]);
+        see(err == 0 ? 0.0 : (al > 0 ? err / al : kInf), name, i);
+        continue;
+      }
+      see(ratio_at(i, p), name, i);
     }
   }
   return s;
@@ -664,12 +704,16 @@ std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& g
   return r;
 }
 
+// Predictions closer than this many allowances everywhere cannot be told apart by the outputs.
+constexpr double kSameWithin = 0.5;
+
 // Whether some element of `lay` tells predictions a and b apart (b == nullptr: the certified
-// values): they differ by more than 0.1 allowance and round to different values of the output's
+// values): they differ by more than kSameWithin allowance and round to different values of the output's
 // dtype. A fault whose values round like the spec's (a rounding point to the output dtype just
 // before the output's own rounding) cannot be seen in the outputs.
 bool distinguishable(const fix::FixtureCase& fc, const Outputs& got, const std::map<std::string, OutputAllowance>& allow,
                      const Layout& lay, const Predictions* a, const Predictions* b, const Predictions& spec) {
+  if (a->grid != (b ? b->grid : spec.grid)) return true;  // an interval prediction
   for (const auto& [name, exp] : fc.expected) {
     if (!scorable(exp, got, name, allow)) continue;
     const auto fi = lay.flat.find(name);
@@ -691,7 +735,7 @@ bool distinguishable(const fix::FixtureCase& fc, const Outputs& got, const std::
       const double exact = exp.f64[i];
       const double pa = predicted(ai->second[ci], si->second[ci], exact);
       const double pb = bv ? predicted((*bv)[ci], si->second[ci], exact) : exact;
-      if (std::fabs(pa - pb) <= 0.1 * al.abs[i]) continue;
+      if (std::fabs(pa - pb) <= kSameWithin * al.abs[i]) continue;
       const double ra = ref::round_to(pa, t), rb = ref::round_to(pb, t);
       if (ra == rb || (std::isnan(ra) && std::isnan(rb))) continue;
       return true;
@@ -702,13 +746,14 @@ bool distinguishable(const fix::FixtureCase& fc, const Outputs& got, const std::
 
 std::uint64_t hash_of(const Predictions& p) {
   std::uint64_t h = 1469598103934665603ull;
-  for (const auto& [name, v] : p) {
-    for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-    for (double d : v) {
-      const std::uint64_t b = std::isnan(d) ? 0x7ff8000000000000ull : std::bit_cast<std::uint64_t>(d);
-      h = (h ^ b) * 1099511628211ull;
+  for (const auto* m : {&p.values, &p.slack})
+    for (const auto& [name, v] : *m) {
+      for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+      for (double d : v) {
+        const std::uint64_t b = std::isnan(d) ? 0x7ff8000000000000ull : std::bit_cast<std::uint64_t>(d);
+        h = (h ^ b) * 1099511628211ull;
+      }
     }
-  }
   return h;
 }
 
@@ -796,7 +841,7 @@ std::vector<double> fit_epsilon(const Ctx& x) {
         best_eps = static_cast<double>(eps);
       }
     }
-    if (!(best_eps > 0) || best_weight < 0.01) continue;
+    if (!(best_eps > 0)) continue;
     out.push_back(best_eps);
     for (int digits : {1, 2}) {
       const double unit = std::pow(10.0, std::floor(std::log10(best_eps)) - (digits - 1));
@@ -849,14 +894,6 @@ const std::vector<Dialect>& panel() {
       k.eps_place = EpsPlace::outside_sqrt;
       return one(k);
     });
-    add("eps_outside_sqrt_unbiased", "A", "eps outside the sqrt of the unbiased (N-1) variance: 1/(s + eps)",
-        [](const Ctx& x) -> std::vector<Variant> {
-          if (!x.spec.centre) return {};
-          K k = x.spec;
-          k.eps_place = EpsPlace::outside_sqrt;
-          k.unbiased = true;
-          return one(k);
-        });
     add("eps_missing", "A", "eps left out (0)", [](const Ctx& x) -> std::vector<Variant> {
       if (x.c.epsilon == 0) return {};
       K k = x.spec;
@@ -877,7 +914,11 @@ const std::vector<Dialect>& panel() {
     });
     add("eps_other_value", "A", "another eps value than the case's (fitted from the outputs)", [](const Ctx& x) {
       std::vector<Variant> out;
-      for (double e : fit_epsilon(x)) {
+      std::vector<double> values = fit_epsilon(x);
+      if (values.empty())  // backward, or nothing to fit: the values models are configured with
+        for (double e : {1e-12, 1e-8, 1e-6, 1e-5, 1e-3})
+          if (e != x.c.epsilon) values.push_back(e);
+      for (double e : values) {
         K k = x.spec;
         k.eps = e;
         out.push_back(Variant{k, {{"epsilon", e}}});
@@ -889,6 +930,14 @@ const std::vector<Dialect>& panel() {
         [](const Ctx& x) -> std::vector<Variant> {
           if (!x.spec.centre) return {};
           K k = x.spec;
+          k.unbiased = true;
+          return one(k);
+        });
+    add("eps_outside_sqrt_unbiased", "A", "eps outside the sqrt of the unbiased (N-1) variance: 1/(s + eps)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!x.spec.centre) return {};
+          K k = x.spec;
+          k.eps_place = EpsPlace::outside_sqrt;
           k.unbiased = true;
           return one(k);
         });
@@ -1020,9 +1069,15 @@ const std::vector<Dialect>& panel() {
          {std::tuple{"rstd_rounded_bf16", DType::bfloat16, "rstd rounded to bfloat16 before the multiply"},
           std::tuple{"rstd_rounded_fp16", DType::float16, "rstd rounded to float16 before the multiply"}}) {
       add(name, "D", title, [t](const Ctx& x) {
-        K k = x.spec;
-        k.rstd_round = t;
-        return one(k);
+        // The rstd output may hold the rounded value or the one before it.
+        std::vector<Variant> out;
+        for (bool unrounded : {false, true}) {
+          K k = x.spec;
+          k.rstd_round = t;
+          k.rstd_out_unrounded = unrounded;
+          out.push_back(Variant{k, {}});
+        }
+        return out;
       });
     }
     // E. Residual and placement
@@ -1167,13 +1222,9 @@ const std::vector<Dialect>& panel() {
         });
     add("column_sums_bf16", "G", "dweight/dbias reduced in bfloat16", [](const Ctx& x) -> std::vector<Variant> {
       if (x.c.direction != ref::Direction::backward || x.c.affine == ref::Affine::none) return {};
-      std::vector<Variant> out;
-      for (ColSum m : {ColSum::bf16_sequential, ColSum::bf16_rounded}) {
-        K k = x.spec;
-        k.colsum = m;
-        out.push_back(Variant{k, {}});
-      }
-      return out;
+      K k = x.spec;
+      k.colsum = ColSum::bf16_interval;
+      return one(k);
     });
     add("column_sums_columns_dropped", "G", "dweight/dbias of some columns never reduced (left 0)",
         [](const Ctx& x) -> std::vector<Variant> {
@@ -1340,7 +1391,10 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     all_entries.push_back(std::move(*best));
   }
   auto key = [](double v) { return std::isnan(v) ? kInf : v; };
-  auto by_score = [&](const Entry& a, const Entry& b) { return key(a.score.score) < key(b.score.score); };
+  auto by_score = [&](const Entry& a, const Entry& b) {
+    const double sa = key(a.score.score), sb = key(b.score.score);
+    return sa != sb ? sa < sb : a.score.beyond < b.score.beyond;
+  };
   std::stable_sort(all_entries.begin(), all_entries.end(), by_score);
   // Dialects the outputs cannot tell apart (every element within 0.1 allowance or rounding to the
   // same value) are one diagnosis: the one earlier in the panel names it, the others are listed
@@ -1355,6 +1409,9 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       if (!k.pred) k.pred = engine->run(k.k, lay);
       if (!e.pred) e.pred = engine->run(e.k, lay);
       if (distinguishable(fc, got, allow, lay, &*k.pred, &*e.pred, spec_pred)) continue;
+      // One diagnosis: the group's best score.
+      if (by_score(e, k)) std::swap(e.score, k.score);
+      else e.score = k.score;
       if (e.panel_index < k.panel_index) {
         e.d.same_as.push_back(k.d.dialect);
         e.d.same_as.insert(e.d.same_as.end(), k.d.same_as.begin(), k.d.same_as.end());
