@@ -127,7 +127,8 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
     const double var = rnd(rnd(s2 / N, t) - static_cast<LD>(rnd(static_cast<LD>(m) * m, t)), t);
     s.mean = m;
     s.var = var;
-    s.rstd = static_cast<LD>(rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
+    s.rstd = static_cast<LD>(
+        rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
     return finish(s, k);
   }
   if (k.arith == StatArith::accumulate) {
@@ -148,7 +149,8 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
     const double var = rnd(acc / N, t);
     s.mean = m;
     s.var = var;
-    s.rstd = static_cast<LD>(rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
+    s.rstd = static_cast<LD>(
+        rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
     return finish(s, k);
   }
   LD ss = 0;
@@ -200,7 +202,6 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
   }
   return finish(s, k);
 }
-
 
 // Which elements a prediction covers: `rows` of the case (all of them, or a sample), and for
 // each output the flat index of every predicted element, in the order of the prediction's
@@ -257,9 +258,12 @@ class Engine {
     }
     for (std::int64_t j = 0; j < g_.cols; ++j) cols.push_back(static_cast<std::size_t>(j));
     for (const auto& [name, spec] : output_specs(c_)) {
-      if (name == "mean" || name == "rstd") l.flat[name] = per_row;
-      else if (name == "dweight" || name == "dbias" || name == "dresidual_bias") l.flat[name] = cols;
-      else if (c_.block == ref::Block::none || name == "y") l.flat[name] = elems;
+      if (name == "mean" || name == "rstd")
+        l.flat[name] = per_row;
+      else if (name == "dweight" || name == "dbias" || name == "dresidual_bias")
+        l.flat[name] = cols;
+      else if (c_.block == ref::Block::none || name == "y")
+        l.flat[name] = elems;
     }
     return l;
   }
@@ -330,7 +334,9 @@ class Engine {
         st.push_back(row_stats(buf.data(), gs.cols, k, c_.dtype_compute));
       }
     } else {
-      for (std::int64_t ri = 0; ri < RS; ++ri) st.push_back(row_stats(&h[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
+      st.reserve(static_cast<std::size_t>(RS));
+      for (std::int64_t ri = 0; ri < RS; ++ri)
+        st.push_back(row_stats(&h[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
     }
     auto stat_of = [&](std::int64_t ri, std::int64_t j) -> const RowStat& {
       return groups ? st[group_of[off(l.rows[ri], j)]] : st[ri];
@@ -470,7 +476,8 @@ class Engine {
         const LD u = ref::unit_roundoff(DType::bfloat16), R = static_cast<LD>(RS) + 1;
         auto& sl = p.slack[name];
         sl.resize(static_cast<std::size_t>(n));
-        for (std::int64_t j = 0; j < n; ++j) sl[j] = static_cast<double>(R * u / (1 - R * u) * abs_sum[j] * (1 + u));
+        for (std::int64_t j = 0; j < n; ++j)
+          sl[j] = static_cast<double>(R * u / (1 - R * u) * abs_sum[j] * (1 + u));
         p.grid[name] = DType::bfloat16;
       }
     };
@@ -564,14 +571,16 @@ class Engine {
           for (auto& v : u) v = rnd(v, c_.dtype_x);
       }
       if (k.block == BlockMode::post_double_norm) u = norm(u, 0, 0, false);
-      for (std::int64_t j = 0; j < D; ++j) y[ri * static_cast<std::size_t>(D) + j] = static_cast<double>(u[j]);
+      for (std::int64_t j = 0; j < D; ++j)
+        y[ri * static_cast<std::size_t>(D) + j] = static_cast<double>(u[j]);
     }
     return p;
   }
 
   const ref::Case& c_;
   ref::Geometry g_;
-  const ref::Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *r_ = nullptr, *rb_ = nullptr, *dy_ = nullptr;
+  const ref::Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *r_ = nullptr, *rb_ = nullptr,
+                    *dy_ = nullptr;
 };
 
 // ---- scoring ---------------------------------------------------------------------------------
@@ -591,7 +600,8 @@ double predicted(double dialect, double spec, double exact) {
       (std::isnan(dialect) && std::isnan(spec)))
     return exact;
   if (std::isfinite(dialect) && std::isfinite(spec) && std::isfinite(exact))
-    return static_cast<double>(static_cast<Wide>(exact) + (static_cast<Wide>(dialect) - static_cast<Wide>(spec)));
+    return static_cast<double>(static_cast<Wide>(exact) +
+                               (static_cast<Wide>(dialect) - static_cast<Wide>(spec)));
   return dialect;
 }
 
@@ -608,6 +618,7 @@ bool scorable(const ref::Output& exp, const Outputs& got, const std::string& nam
 // matters to element_error where it is NaN or infinite, so finite in-range predictions skip the
 // rounding.
 double error_against(double got, double p, DType t) {
+  if (std::isfinite(got) && std::isfinite(p)) return std::fabs(got - p);  // element_error then is this
   const double expected = std::isfinite(p) && std::fabs(p) <= ref::max_finite(t) ? p : ref::round_to(p, t);
   return element_error(got, p, expected, t);
 }
@@ -622,8 +633,9 @@ double a_abs(const OutputAllowance& a, const ref::Output& exp, std::size_t i, DT
 
 // Largest error / allowance of a dialect's predictions over the elements of `lay` (dialect ==
 // nullptr: the certified values over every element).
-Score score_of(const fix::FixtureCase& fc, const Outputs& got, const std::map<std::string, OutputAllowance>& allow,
-               const Layout* lay, const Predictions* dialect, const Predictions* spec) {
+Score score_of(const fix::FixtureCase& fc, const Outputs& got,
+               const std::map<std::string, OutputAllowance>& allow, const Layout* lay,
+               const Predictions* dialect, const Predictions* spec) {
   Score s;
   double worst = -1;
   auto see = [&](double ratio, const std::string& name, std::size_t i) {
@@ -678,8 +690,8 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got, const std::map<st
 // Largest error / allowance of the certified values per row (per-element and per-row outputs):
 // the rows where the candidate departs most from the spec, where faults show.
 std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& got,
-                                    const std::map<std::string, OutputAllowance>& allow, const ref::Geometry& g,
-                                    const Layout& all) {
+                                    const std::map<std::string, OutputAllowance>& allow,
+                                    const ref::Geometry& g, const Layout& all) {
   std::vector<double> r(static_cast<std::size_t>(g.rows), 0.0);
   for (const auto& [name, exp] : fc.expected) {
     if (!scorable(exp, got, name, allow)) continue;
@@ -693,10 +705,11 @@ std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& g
     const auto& a = allow.at(name);
     for (std::size_t ci = 0; ci < flat.size(); ++ci) {
       const std::size_t i = flat[ci];
-      if (std::isnan(a.abs[i])) continue;
+      const double al = a_abs(a, exp, i, exp.value.dtype);
+      if (std::isnan(al)) continue;
       const double g0 = gv[i];
       const double err = std::isnan(g0) && a.nan_ok[i] ? 0.0 : error_against(g0, exp.f64[i], exp.value.dtype);
-      const double ratio = err == 0 ? 0.0 : (a.abs[i] > 0 ? err / a.abs[i] : kInf);
+      const double ratio = err == 0 ? 0.0 : (al > 0 ? err / al : kInf);
       double& row = r[ci / cols];
       row = std::max(row, ratio);
     }
@@ -711,8 +724,9 @@ constexpr double kSameWithin = 0.5;
 // values): they differ by more than kSameWithin allowance and round to different values of the output's
 // dtype. A fault whose values round like the spec's (a rounding point to the output dtype just
 // before the output's own rounding) cannot be seen in the outputs.
-bool distinguishable(const fix::FixtureCase& fc, const Outputs& got, const std::map<std::string, OutputAllowance>& allow,
-                     const Layout& lay, const Predictions* a, const Predictions* b, const Predictions& spec) {
+bool distinguishable(const fix::FixtureCase& fc, const Outputs& got,
+                     const std::map<std::string, OutputAllowance>& allow, const Layout& lay,
+                     const Predictions* a, const Predictions* b, const Predictions& spec) {
   if (a->grid != (b ? b->grid : spec.grid)) return true;  // an interval prediction
   for (const auto& [name, exp] : fc.expected) {
     if (!scorable(exp, got, name, allow)) continue;
@@ -766,6 +780,7 @@ struct Ctx {
   const Outputs& got;
   const Knobs& spec;
   const ref::Geometry& g;
+  const std::vector<std::int64_t>& rows;  // the rows a fit looks at (all, or the sample)
 };
 
 // A dialect may come in variants (fitted parameter values): each gives knobs and parameters.
@@ -789,7 +804,7 @@ bool has_output(const Ctx& x, const char* name) { return x.fc.expected.count(nam
 std::vector<double> fit_epsilon(const Ctx& x) {
   if (x.c.direction != ref::Direction::forward || x.c.block != ref::Block::none) return {};
   const auto& g = x.g;
-  const std::int64_t R = g.rows, n = g.cols;
+  const std::int64_t n = g.cols;
   const bool centre = x.c.op == ref::Op::layernorm;
   const auto* w = x.c.affine != ref::Affine::none ? input(x.c, "weight") : nullptr;
   const auto* b = x.c.affine == ref::Affine::weight_bias ? input(x.c, "bias") : nullptr;
@@ -799,17 +814,18 @@ std::vector<double> fit_epsilon(const Ctx& x) {
   const auto ry = x.got.find("y");
   const auto rr = x.got.find("rstd");
   const bool have_y = ry != x.got.end() && ry->second.data.size() == xin->data.size();
-  const bool have_r = rr != x.got.end() && rr->second.data.size() == static_cast<std::size_t>(R);
+  const bool have_r = rr != x.got.end() && rr->second.data.size() == static_cast<std::size_t>(g.rows);
   std::vector<double> out;
   for (int source = 0; source < 2; ++source) {
     if ((source == 0 && !have_r) || (source == 1 && !have_y)) continue;
     double best_eps = kNaN, best_weight = -1;
     std::vector<Wide> h(n);
-    for (std::int64_t row = 0; row < R; ++row) {
+    for (std::int64_t row : x.rows) {
       Wide mean = 0;
       for (std::int64_t j = 0; j < n; ++j) {
         const auto i = static_cast<std::size_t>(g.row_base[row] + g.col_delta[j]);
-        h[j] = static_cast<Wide>(x.c.alpha) * xin->data[i] + (r ? r->data[i] : 0.0) + (rb ? rb->data[j] : 0.0);
+        h[j] =
+            static_cast<Wide>(x.c.alpha) * xin->data[i] + (r ? r->data[i] : 0.0) + (rb ? rb->data[j] : 0.0);
         mean += h[j];
       }
       mean = centre ? mean / n : 0;
@@ -912,19 +928,20 @@ const std::vector<Dialect>& panel() {
       k.eps = e;
       return {Variant{k, {{"epsilon", e}}}};
     });
-    add("eps_other_value", "A", "another eps value than the case's (fitted from the outputs)", [](const Ctx& x) {
-      std::vector<Variant> out;
-      std::vector<double> values = fit_epsilon(x);
-      if (values.empty())  // backward, or nothing to fit: the values models are configured with
-        for (double e : {1e-12, 1e-8, 1e-6, 1e-5, 1e-3})
-          if (e != x.c.epsilon) values.push_back(e);
-      for (double e : values) {
-        K k = x.spec;
-        k.eps = e;
-        out.push_back(Variant{k, {{"epsilon", e}}});
-      }
-      return out;
-    });
+    add("eps_other_value", "A", "another eps value than the case's (fitted from the outputs)",
+        [](const Ctx& x) {
+          std::vector<Variant> out;
+          std::vector<double> values = fit_epsilon(x);
+          if (values.empty())  // backward, or nothing to fit: the values models are configured with
+            for (double e : {1e-12, 1e-8, 1e-6, 1e-5, 1e-3})
+              if (e != x.c.epsilon) values.push_back(e);
+          for (double e : values) {
+            K k = x.spec;
+            k.eps = e;
+            out.push_back(Variant{k, {{"epsilon", e}}});
+          }
+          return out;
+        });
     // B. Variance and reductions
     add("unbiased_variance", "B", "unbiased variance: sum((h - mean)^2) / (N - 1)",
         [](const Ctx& x) -> std::vector<Variant> {
@@ -955,7 +972,8 @@ const std::vector<Dialect>& panel() {
     }
     for (auto [name, t, title] :
          {std::tuple{"low_precision_accumulation_fp16", DType::float16, "row sums accumulated in float16"},
-          std::tuple{"low_precision_accumulation_bf16", DType::bfloat16, "row sums accumulated in bfloat16"}}) {
+          std::tuple{"low_precision_accumulation_bf16", DType::bfloat16,
+                     "row sums accumulated in bfloat16"}}) {
       add(name, "B", title, [t](const Ctx& x) {
         K k = x.spec;
         k.arith = StatArith::accumulate;
@@ -963,15 +981,18 @@ const std::vector<Dialect>& panel() {
         return one(k);
       });
     }
-    add("padding_lanes", "B", "padding lanes counted: variance over the next power of two lanes, zeros loaded",
+    add("padding_lanes", "B",
+        "padding lanes counted: variance over the next power of two lanes, zeros loaded",
         [](const Ctx& x) -> std::vector<Variant> {
           if (!x.spec.centre) return {};
           K k = x.spec;
           k.pad_lanes = true;
-          return {Variant{k, {{"lanes", static_cast<double>(std::bit_ceil(static_cast<std::uint64_t>(x.g.cols)))}}}};
+          return {Variant{
+              k, {{"lanes", static_cast<double>(std::bit_ceil(static_cast<std::uint64_t>(x.g.cols)))}}}};
         });
     add("stats_merged_equal_weights", "B",
-        "parallel statistics merged wrongly: two half-row partials merged with equal weights", [](const Ctx& x) {
+        "parallel statistics merged wrongly: two half-row partials merged with equal weights",
+        [](const Ctx& x) {
           K k = x.spec;
           k.arith = StatArith::merge_halves;
           return one(k);
@@ -983,14 +1004,16 @@ const std::vector<Dialect>& panel() {
           k.rstd_out = RstdOut::std_dev;
           return one(k);
         });
-    add("rstd_holds_variance", "B", "rstd output holds the variance", [](const Ctx& x) -> std::vector<Variant> {
-      if (!has_output(x, "rstd")) return {};
-      K k = x.spec;
-      k.rstd_out = RstdOut::variance;
-      return one(k);
-    });
+    add("rstd_holds_variance", "B", "rstd output holds the variance",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!has_output(x, "rstd")) return {};
+          K k = x.spec;
+          k.rstd_out = RstdOut::variance;
+          return one(k);
+        });
     // C. Axis and shape
-    add("stats_all_but_batch", "C", "statistics over every dim but the first (normalized_shape as 'all but batch')",
+    add("stats_all_but_batch", "C",
+        "statistics over every dim but the first (normalized_shape as 'all but batch')",
         [](const Ctx& x) -> std::vector<Variant> {
           const auto rank = static_cast<std::int64_t>(x.g.shape.size());
           if (rank < 3) return {};
@@ -1010,12 +1033,13 @@ const std::vector<Dialect>& panel() {
           k.stat_dims = d;
           return one(k);
         });
-    add("rms_centred", "C", "RMSNorm computed with mean centring (a LayerNorm)", [](const Ctx& x) -> std::vector<Variant> {
-      if (x.c.op != ref::Op::rmsnorm) return {};
-      K k = x.spec;
-      k.centre = true;
-      return one(k);
-    });
+    add("rms_centred", "C", "RMSNorm computed with mean centring (a LayerNorm)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.op != ref::Op::rmsnorm) return {};
+          K k = x.spec;
+          k.centre = true;
+          return one(k);
+        });
     add("layernorm_uncentred", "C", "LayerNorm computed without mean centring (an RMSNorm)",
         [](const Ctx& x) -> std::vector<Variant> {
           if (x.c.op != ref::Op::layernorm) return {};
@@ -1023,7 +1047,8 @@ const std::vector<Dialect>& panel() {
           k.centre = false;
           return one(k);
         });
-    add("weight_not_broadcast", "C", "weight/bias laid along x's memory order instead of broadcast over the normalized dims",
+    add("weight_not_broadcast", "C",
+        "weight/bias laid along x's memory order instead of broadcast over the normalized dims",
         [](const Ctx& x) -> std::vector<Variant> {
           if (x.c.affine == ref::Affine::none) return {};
           K k = x.spec;
@@ -1081,12 +1106,13 @@ const std::vector<Dialect>& panel() {
       });
     }
     // E. Residual and placement
-    add("residual_not_added", "E", "residual not added before the norm", [](const Ctx& x) -> std::vector<Variant> {
-      if (x.c.residual == ref::Residual::none) return {};
-      K k = x.spec;
-      k.res = ResMode::not_added;
-      return one(k);
-    });
+    add("residual_not_added", "E", "residual not added before the norm",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.residual == ref::Residual::none) return {};
+          K k = x.spec;
+          k.res = ResMode::not_added;
+          return one(k);
+        });
     add("residual_after_norm", "E", "residual added after the norm: y = Norm(x) + residual",
         [](const Ctx& x) -> std::vector<Variant> {
           if (x.c.residual == ref::Residual::none || x.c.direction != ref::Direction::forward) return {};
@@ -1176,7 +1202,8 @@ const std::vector<Dialect>& panel() {
           return one(k);
         });
     // E. Placement in residual blocks
-    add("block_pre_residual_after_norm", "E", "Pre-LN residual taken after the norm: u' = Norm(u) + F(Norm(u))",
+    add("block_pre_residual_after_norm", "E",
+        "Pre-LN residual taken after the norm: u' = Norm(u) + F(Norm(u))",
         [](const Ctx& x) -> std::vector<Variant> {
           if (x.c.block != ref::Block::pre) return {};
           K k = x.spec;
@@ -1220,12 +1247,13 @@ const std::vector<Dialect>& panel() {
           k.dx = DxMode::no_projection;
           return one(k);
         });
-    add("column_sums_bf16", "G", "dweight/dbias reduced in bfloat16", [](const Ctx& x) -> std::vector<Variant> {
-      if (x.c.direction != ref::Direction::backward || x.c.affine == ref::Affine::none) return {};
-      K k = x.spec;
-      k.colsum = ColSum::bf16_interval;
-      return one(k);
-    });
+    add("column_sums_bf16", "G", "dweight/dbias reduced in bfloat16",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.direction != ref::Direction::backward || x.c.affine == ref::Affine::none) return {};
+          K k = x.spec;
+          k.colsum = ColSum::bf16_interval;
+          return one(k);
+        });
     add("column_sums_columns_dropped", "G", "dweight/dbias of some columns never reduced (left 0)",
         [](const Ctx& x) -> std::vector<Variant> {
           if (x.c.direction != ref::Direction::backward) return {};
@@ -1234,7 +1262,8 @@ const std::vector<Dialect>& panel() {
           for (const char* name : {"dweight", "dbias", "dresidual_bias"}) {
             const auto e = x.fc.expected.find(name);
             const auto gt = x.got.find(name);
-            if (e == x.fc.expected.end() || gt == x.got.end() || gt->second.data.size() != e->second.f64.size())
+            if (e == x.fc.expected.end() || gt == x.got.end() ||
+                gt->second.data.size() != e->second.f64.size())
               continue;
             std::vector<std::uint8_t> mask(e->second.f64.size(), 0);
             bool any = false;
@@ -1278,7 +1307,8 @@ const std::vector<DialectInfo>& dialect_panel() {
   return v;
 }
 
-double spec_score(const fix::FixtureCase& fc, const Outputs& got, const std::map<std::string, OutputAllowance>& allow) {
+double spec_score(const fix::FixtureCase& fc, const Outputs& got,
+                  const std::map<std::string, OutputAllowance>& allow) {
   return score_of(fc, got, allow, nullptr, nullptr, nullptr).score;
 }
 
@@ -1292,7 +1322,8 @@ namespace {
 // float32 (the faults' effects are then far above double's rounding), long double otherwise.
 template <class Real>
 std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& got,
-                                   const std::map<std::string, OutputAllowance>& allow, const DiagnoseOptions& opt) {
+                                   const std::map<std::string, OutputAllowance>& allow,
+                                   const DiagnoseOptions& opt) {
   const ref::Case& c = fc.c;
   if (c.block != ref::Block::none && c.direction != ref::Direction::forward)
     return {};  // the panel models blocks forward only (DIAGNOSIS.md)
@@ -1304,16 +1335,16 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   }
   const Knobs spec = engine->spec();
   const ref::Geometry& g = engine->geometry();
-  const double s_spec = spec_score(fc, got, allow);
-  const Ctx ctx{fc, c, got, spec, g};
-
   // Large forward cases are ranked on a sample of rows (the rows where the candidate departs
   // most from the spec, and rows spread over the case); the best are then scored on every row.
   const Layout all = engine->layout(nullptr);
   Layout lay = all;
+  double s_spec = 0;
   const std::size_t numel = input(c, "x")->data.size();
-  if (c.direction == ref::Direction::forward && numel > opt.sample_above && static_cast<std::size_t>(g.rows) > 2 * opt.sample_rows) {
-    const auto ratios = spec_row_ratios(fc, got, allow, g, all);
+  if (c.direction == ref::Direction::forward && numel > opt.sample_above &&
+      static_cast<std::size_t>(g.rows) > 2 * opt.sample_rows) {
+    const auto ratios = spec_row_ratios(fc, got, allow, g, all);  // every forward output is per row
+    for (double r : ratios) s_spec = std::max(s_spec, r);
     std::vector<std::int64_t> order(static_cast<std::size_t>(g.rows));
     for (std::int64_t r = 0; r < g.rows; ++r) order[r] = r;
     const std::size_t top = std::min<std::size_t>(opt.sample_rows, order.size());
@@ -1321,11 +1352,15 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
                       [&](std::int64_t x, std::int64_t y) { return ratios[x] > ratios[y]; });
     std::vector<std::int64_t> rows(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top));
     for (std::size_t i = 0; i < opt.sample_rows; ++i)
-      rows.push_back(static_cast<std::int64_t>(i * static_cast<std::size_t>(g.rows - 1) / (opt.sample_rows - 1)));
+      rows.push_back(
+          static_cast<std::int64_t>(i * static_cast<std::size_t>(g.rows - 1) / (opt.sample_rows - 1)));
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     lay = engine->layout(&rows);
+  } else {
+    s_spec = spec_score(fc, got, allow);
   }
+  const Ctx ctx{fc, c, got, spec, g, lay.rows};
   const bool sampled = !lay.all_rows;
   const Predictions spec_pred = engine->run(spec, lay);
   const std::uint64_t spec_hash = hash_of(spec_pred);
@@ -1383,7 +1418,8 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       best = Entry{std::move(r), var.k, di, h, !sampled, sc, std::nullopt};
     }
     if (!best) continue;
-    auto dup = std::find_if(all_entries.begin(), all_entries.end(), [&](const Entry& e) { return e.hash == best->hash; });
+    auto dup = std::find_if(all_entries.begin(), all_entries.end(),
+                            [&](const Entry& e) { return e.hash == best->hash; });
     if (dup != all_entries.end()) {
       dup->d.same_as.push_back(best->d.dialect);
       continue;
@@ -1410,8 +1446,10 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       if (!e.pred) e.pred = engine->run(e.k, lay);
       if (distinguishable(fc, got, allow, lay, &*k.pred, &*e.pred, spec_pred)) continue;
       // One diagnosis: the group's best score.
-      if (by_score(e, k)) std::swap(e.score, k.score);
-      else e.score = k.score;
+      if (by_score(e, k))
+        std::swap(e.score, k.score);
+      else
+        e.score = k.score;
       if (e.panel_index < k.panel_index) {
         e.d.same_as.push_back(k.d.dialect);
         e.d.same_as.insert(e.d.same_as.end(), k.d.same_as.begin(), k.d.same_as.end());
@@ -1451,11 +1489,13 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     r.explains = k.full && r.score <= 1.0;
     r.evidence =
         k.full ? fmt::format("max {} tolerance units from this dialect (worst: {}[{}]), {} from the spec",
-                             short_number(r.score), k.score.worst_output, k.score.worst_index, short_number(s_spec))
-               : fmt::format("at least {} tolerance units from this dialect (worst: {}[{}]; over {} of {} rows), {} "
-                             "from the spec",
-                             short_number(r.score), k.score.worst_output, k.score.worst_index, lay.rows.size(), g.rows,
-                             short_number(s_spec));
+                             short_number(r.score), k.score.worst_output, k.score.worst_index,
+                             short_number(s_spec))
+               : fmt::format(
+                     "at least {} tolerance units from this dialect (worst: {}[{}]; over {} of {} rows), {} "
+                     "from the spec",
+                     short_number(r.score), k.score.worst_output, k.score.worst_index, lay.rows.size(),
+                     g.rows, short_number(s_spec));
     out.push_back(std::move(r));
   }
   return out;
@@ -1464,7 +1504,8 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
 }  // namespace
 
 std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
-                                const std::map<std::string, OutputAllowance>& allow, const DiagnoseOptions& opt) {
+                                const std::map<std::string, OutputAllowance>& allow,
+                                const DiagnoseOptions& opt) {
   const ref::Case& c = fc.c;
   bool wide = false;
   for (DType t : {c.dtype_x, c.dtype_param, c.dtype_out, c.dtype_compute, c.dtype_residual})
@@ -1476,7 +1517,8 @@ std::string describe_diagnosis(const std::vector<Diagnosis>& d) {
   if (d.empty()) return "diagnosis: no dialect of the panel applies to this case";
   const Diagnosis& b = d.front();
   std::string params;
-  for (const auto& [k, v] : b.parameters) params += fmt::format("{}{} = {}", params.empty() ? "" : ", ", k, fmt::format("{:.6g}", v));
+  for (const auto& [k, v] : b.parameters)
+    params += fmt::format("{}{} = {}", params.empty() ? "" : ", ", k, fmt::format("{:.6g}", v));
   if (!params.empty()) params = " (" + params + ")";
   if (!b.explains)
     return fmt::format("diagnosis: no dialect explains the outputs; closest: {} [{}] {}{}: {}", b.dialect,

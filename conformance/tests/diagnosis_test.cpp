@@ -27,15 +27,16 @@ std::vector<double> normal(std::mt19937_64& rng, std::size_t n, double mean, dou
   return v;
 }
 
-ref::Case make_case(ref::Op op, ref::Affine affine, std::int64_t rows, std::int64_t cols, double mean, double sd,
-                    DType dt = DType::float32, unsigned seed = 1) {
+ref::Case make_case(ref::Op op, ref::Affine affine, std::int64_t rows, std::int64_t cols, double mean,
+                    double sd, DType dt = DType::float32, unsigned seed = 1) {
   std::mt19937_64 rng(seed);
   ref::Case c;
   c.op = op;
   c.affine = affine;
   c.dtype_x = c.dtype_param = c.dtype_out = c.dtype_residual = dt;
   c.dtype_compute = DType::float32;
-  c.inputs["x"] = ref::Tensor{dt, {rows, cols}, normal(rng, static_cast<std::size_t>(rows * cols), mean, sd, dt)};
+  c.inputs["x"] =
+      ref::Tensor{dt, {rows, cols}, normal(rng, static_cast<std::size_t>(rows * cols), mean, sd, dt)};
   if (affine != ref::Affine::none)
     c.inputs["weight"] = ref::Tensor{dt, {cols}, normal(rng, static_cast<std::size_t>(cols), 1, 0.5, dt)};
   if (affine == ref::Affine::weight_bias)
@@ -81,7 +82,8 @@ void expect_first(const fix::FixtureCase& fc, const Outputs& got, const std::str
 
 // Outputs of an independent double implementation of a LayerNorm/RMSNorm forward with a fault:
 // rstd_of(var, ss, n) gives the faulty rstd; y rounded to the output dtype once.
-Outputs faulty_forward(const ref::Case& c, const std::function<double(double var, double ss, double n)>& rstd_of,
+Outputs faulty_forward(const ref::Case& c,
+                       const std::function<double(double var, double ss, double n)>& rstd_of,
                        bool bias_first = false, std::optional<DType> rstd_round = std::nullopt) {
   const auto& x = c.inputs.at("x");
   const std::int64_t cols = x.shape.back(), rows = x.shape.front();
@@ -91,12 +93,14 @@ Outputs faulty_forward(const ref::Case& c, const std::function<double(double var
   Outputs o;
   o["y"] = ref::Tensor{c.dtype_out, x.shape, std::vector<double>(x.data.size())};
   o["rstd"] = ref::Tensor{c.dtype_compute, {rows, 1}, std::vector<double>(static_cast<std::size_t>(rows))};
-  if (ln) o["mean"] = ref::Tensor{c.dtype_compute, {rows, 1}, std::vector<double>(static_cast<std::size_t>(rows))};
+  if (ln)
+    o["mean"] = ref::Tensor{c.dtype_compute, {rows, 1}, std::vector<double>(static_cast<std::size_t>(rows))};
   for (std::int64_t r = 0; r < rows; ++r) {
     long double sum = 0, ss = 0;
     for (std::int64_t j = 0; j < cols; ++j) sum += x.data[r * cols + j];
     const long double mean = ln ? sum / cols : 0;
-    for (std::int64_t j = 0; j < cols; ++j) ss += (x.data[r * cols + j] - mean) * (x.data[r * cols + j] - mean);
+    for (std::int64_t j = 0; j < cols; ++j)
+      ss += (x.data[r * cols + j] - mean) * (x.data[r * cols + j] - mean);
     double rstd = rstd_of(static_cast<double>(ss / cols), static_cast<double>(ss), static_cast<double>(cols));
     if (rstd_round) rstd = ref::round_to(rstd, *rstd_round);
     o["rstd"].data[r] = ref::round_to(rstd, c.dtype_compute);
@@ -137,12 +141,14 @@ TEST(Diagnosis, EpsilonAndVarianceFaultsFromIndependentCode) {
   const double eps = c.epsilon;
   expect_first(fc, faulty_forward(c, [&](double var, double, double) { return 1 / (std::sqrt(var) + eps); }),
                "eps_outside_sqrt");
-  expect_first(fc, faulty_forward(c, [&](double, double ss, double n) { return 1 / std::sqrt(ss / (n + eps)); }),
+  expect_first(fc,
+               faulty_forward(c, [&](double, double ss, double n) { return 1 / std::sqrt(ss / (n + eps)); }),
                "eps_in_count");
   const auto cn = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 16, 0, 1);
   const auto fcn = fixture_of(cn);
   expect_first(fcn,
-               faulty_forward(cn, [&](double, double ss, double n) { return 1 / std::sqrt(ss / (n - 1) + cn.epsilon); }),
+               faulty_forward(
+                   cn, [&](double, double ss, double n) { return 1 / std::sqrt(ss / (n - 1) + cn.epsilon); }),
                "unbiased_variance");
 }
 
@@ -158,7 +164,9 @@ TEST(Diagnosis, AffineFaults) {
   f = c;
   for (auto& v : f.inputs["weight"].data) v = 1;
   expect_first(fc, outputs_of(f, fc), "weight_missing");
-  expect_first(fc, faulty_forward(c, [&](double var, double, double) { return 1 / std::sqrt(var + c.epsilon); }, true),
+  expect_first(fc,
+               faulty_forward(
+                   c, [&](double var, double, double) { return 1 / std::sqrt(var + c.epsilon); }, true),
                "bias_before_weight");
 }
 
@@ -230,7 +238,8 @@ TEST(Diagnosis, LowPrecisionHFromTheReference) {
   const auto fc = fixture_of(c);
   auto f = c;
   for (std::size_t i = 0; i < f.inputs["x"].data.size(); ++i) {
-    f.inputs["x"].data[i] = ref::round_to(c.inputs.at("x").data[i] + c.inputs.at("residual").data[i], DType::bfloat16);
+    f.inputs["x"].data[i] =
+        ref::round_to(c.inputs.at("x").data[i] + c.inputs.at("residual").data[i], DType::bfloat16);
     f.inputs["residual"].data[i] = 0;
   }
   expect_first(fc, outputs_of(f, fc), "h_rounded_to_input_dtype");
@@ -253,7 +262,8 @@ TEST(Diagnosis, CorrectOutputsAreExplainedBestByTheSpec) {
     EXPECT_LE(spec, 1.0);
     // Dialects within 0.1 allowance of the spec everywhere are not reported at all.
     for (const auto& d : diagnose(fc, got, allow, {.keep = 100}))
-      EXPECT_GE(d.score, spec - 0.1) << d.dialect << " explains correct outputs better than the spec: " << d.evidence;
+      EXPECT_GE(d.score, spec - 0.1) << d.dialect
+                                     << " explains correct outputs better than the spec: " << d.evidence;
   }
 }
 

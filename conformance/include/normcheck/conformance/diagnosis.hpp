@@ -40,7 +40,7 @@ struct DiagnoseOptions {
   // sample score, a lower bound (explains = false, the evidence says so).
   std::size_t sample_above = std::size_t{1} << 15;
   std::size_t sample_rows = 32;
-  int full_evaluations = 3;
+  int full_evaluations = 2;
 };
 
 // Ranks the panel's dialects on one case, best (lowest score) first, and returns the best
@@ -50,10 +50,12 @@ struct DiagnoseOptions {
 std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
                                 const std::map<std::string, OutputAllowance>& allow,
                                 const DiagnoseOptions& opt = {});
-std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got, const DiagnoseOptions& opt = {});
+std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
+                                const DiagnoseOptions& opt = {});
 
 // The score of the spec itself (the checker's largest error / allowance), in the same units.
-double spec_score(const fix::FixtureCase& fc, const Outputs& got, const std::map<std::string, OutputAllowance>& allow);
+double spec_score(const fix::FixtureCase& fc, const Outputs& got,
+                  const std::map<std::string, OutputAllowance>& allow);
 
 // One line for people: "best explained by eps_outside_sqrt (A, eps added outside the sqrt):
 // max 0.4 tolerance units from it, 2.1e5 from the spec", or that no dialect explains it.
