@@ -38,8 +38,8 @@ struct DiagnoseOptions {
   // `sample_rows` where the outputs depart most from the spec, and `sample_rows` spread over the
   // case); the best `full_evaluations` are then scored on every row, the others keep their
   // sample score, a lower bound (explains = false, the evidence says so).
-  std::size_t sample_above = std::size_t{1} << 15;
-  std::size_t sample_rows = 32;
+  std::size_t sample_above = 2048;
+  std::size_t sample_rows = 8;
   int full_evaluations = 2;
 };
 
