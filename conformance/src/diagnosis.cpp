@@ -524,8 +524,8 @@ class Engine {
     if (!same_statistics(a, b)) return false;
     if (c_.direction == ref::Direction::backward) return a.colsum == b.colsum && a.zero_cols == b.zero_cols;
     return a.pts.xhat == b.pts.xhat && a.pts.scale == b.pts.scale && a.pts.mul == b.pts.mul &&
-           a.res_out == b.res_out && a.rstd_out == b.rstd_out && a.rstd_out_unrounded == b.rstd_out_unrounded &&
-           a.unwritten == b.unwritten;
+           a.res_out == b.res_out && a.rstd_out == b.rstd_out &&
+           a.rstd_out_unrounded == b.rstd_out_unrounded && a.unwritten == b.unwritten;
   }
 
  private:
@@ -533,9 +533,9 @@ class Engine {
     return k.centre == s.centre && k.eps == s.eps && k.eps_place == s.eps_place && k.unbiased == s.unbiased &&
            k.pad_lanes == s.pad_lanes && k.arith == s.arith && k.arith_dtype == s.arith_dtype &&
            k.stat_dims == s.stat_dims && k.rstd_round == s.rstd_round && k.weight == s.weight &&
-           k.bias_missing == s.bias_missing && k.offset == s.offset && k.weight_flat_index == s.weight_flat_index &&
-           k.pts.h == s.pts.h && k.res == s.res && k.h_round_x == s.h_round_x && k.dx == s.dx &&
-           k.rows_limit == s.rows_limit && k.block == s.block;
+           k.bias_missing == s.bias_missing && k.offset == s.offset &&
+           k.weight_flat_index == s.weight_flat_index && k.pts.h == s.pts.h && k.res == s.res &&
+           k.h_round_x == s.h_round_x && k.dx == s.dx && k.rows_limit == s.rows_limit && k.block == s.block;
   }
 
   // Residual blocks, forward (reference/README.md, "Residual blocks"): L layers over rows of D,
@@ -1387,7 +1387,13 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   Layout lay = all;
   double s_spec = 0;
   const std::size_t numel = input(c, "x")->data.size();
-  if (numel > opt.sample_above && static_cast<std::size_t>(g.rows) > 2 * opt.sample_rows) {
+  // The sample: the rows where the outputs depart most from the spec (at most sample_rows, and
+  // at most an eighth of the rows, at least one) and as many spread over the case when it has
+  // 16 rows or more.
+  const auto R = static_cast<std::size_t>(g.rows);
+  const std::size_t worst = std::min(opt.sample_rows, std::max<std::size_t>(1, R / 8));
+  const std::size_t spread = R >= 16 ? worst : 0;
+  if (numel > opt.sample_above && worst + spread < R) {
     const auto ratios = spec_row_ratios(fc, got, allow, g, all);
     if (c.direction == ref::Direction::forward) {
       for (double r : ratios) s_spec = std::max(s_spec, r);  // every forward output is per row
@@ -1395,15 +1401,13 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       s_spec = spec_score(fc, got, allow);  // column sums too
       engine->prime_columns(spec, all);
     }
-    std::vector<std::int64_t> order(static_cast<std::size_t>(g.rows));
-    for (std::int64_t r = 0; r < g.rows; ++r) order[r] = r;
-    const std::size_t top = std::min<std::size_t>(opt.sample_rows, order.size());
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+    std::vector<std::int64_t> order(R);
+    for (std::size_t r = 0; r < R; ++r) order[r] = static_cast<std::int64_t>(r);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(worst), order.end(),
                       [&](std::int64_t x, std::int64_t y) { return ratios[x] > ratios[y]; });
-    std::vector<std::int64_t> rows(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top));
-    for (std::size_t i = 0; i < opt.sample_rows; ++i)
-      rows.push_back(
-          static_cast<std::int64_t>(i * static_cast<std::size_t>(g.rows - 1) / (opt.sample_rows - 1)));
+    std::vector<std::int64_t> rows(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(worst));
+    for (std::size_t i = 0; i < spread; ++i)
+      rows.push_back(static_cast<std::int64_t>(i * (R - 1) / std::max<std::size_t>(1, spread - 1)));
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     lay = engine->layout(&rows);
@@ -1483,19 +1487,40 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     return sa != sb ? sa < sb : a.score.beyond < b.score.beyond;
   };
   std::stable_sort(all_entries.begin(), all_entries.end(), by_score);
-  // Dialects the outputs cannot tell apart (every element within 0.1 allowance or rounding to the
-  // same value) are one diagnosis: the one earlier in the panel names it, the others are listed
-  // in same_as. Only entries that may still be returned are compared.
+  // Sampled: a sample score is a lower bound of the full one. Score the best on every row until
+  // the best `full_evaluations` are exact (at most twice that many full evaluations).
+  std::optional<Predictions> full_spec;
+  if (sampled) {
+    int evaluated = 0;
+    for (;;) {
+      std::stable_sort(all_entries.begin(), all_entries.end(), by_score);
+      auto it = std::find_if(all_entries.begin(), all_entries.end(), [](const Entry& e) { return !e.full; });
+      if (it == all_entries.end() || it - all_entries.begin() >= opt.full_evaluations ||
+          evaluated >= 2 * opt.full_evaluations)
+        break;
+      if (!full_spec) full_spec = engine->run(spec, all);
+      it->pred = engine->run(it->k, all);
+      it->score = score_of(fc, got, allow, &all, &*it->pred, &*full_spec);
+      it->full = true;
+      ++evaluated;
+    }
+  }
+  // Dialects the outputs cannot tell apart (every element within kSameWithin allowance or
+  // rounding to the same value) are one diagnosis: the one earlier in the panel names it, the
+  // others are listed in same_as. Only entries that may still be returned are compared, on every
+  // row (sampled cases: the fully scored ones).
+  const Predictions& cmp_spec = sampled ? *full_spec : spec_pred;
   std::vector<Entry> kept;
   for (auto& e : all_entries) {
     if (kept.size() >= opt.keep + 4) break;
     bool merged = false;
     for (auto& k : kept) {
+      if (sampled && !(k.full && e.full)) continue;
       const double sk = key(k.score.score), se = key(e.score.score);
       if (std::fabs(sk - se) > 1.0 && !(std::isinf(sk) && std::isinf(se))) continue;
       if (!k.pred) k.pred = engine->run(k.k, lay);
       if (!e.pred) e.pred = engine->run(e.k, lay);
-      if (distinguishable(fc, got, allow, lay, &*k.pred, &*e.pred, spec_pred)) continue;
+      if (distinguishable(fc, got, allow, sampled ? all : lay, &*k.pred, &*e.pred, cmp_spec)) continue;
       // One diagnosis: the group's best score.
       if (by_score(e, k))
         std::swap(e.score, k.score);
@@ -1514,24 +1539,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     }
     if (!merged) kept.push_back(std::move(e));
   }
-  // Sampled: a sample score is a lower bound of the full one. Score the best on every row until
-  // the best `full_evaluations` are exact (or the rest cannot beat them).
-  if (sampled) {
-    std::optional<Predictions> full_spec;
-    int evaluated = 0;
-    for (;;) {
-      std::stable_sort(kept.begin(), kept.end(), by_score);
-      auto it = std::find_if(kept.begin(), kept.end(), [](const Entry& e) { return !e.full; });
-      if (it == kept.end() || evaluated >= opt.full_evaluations) break;
-      const std::size_t exact_before = static_cast<std::size_t>(it - kept.begin());
-      if (exact_before >= static_cast<std::size_t>(opt.full_evaluations)) break;
-      if (!full_spec) full_spec = engine->run(spec, all);
-      const Predictions p = engine->run(it->k, all);
-      it->score = score_of(fc, got, allow, &all, &p, &*full_spec);
-      it->full = true;
-      ++evaluated;
-    }
-  }
+  std::stable_sort(kept.begin(), kept.end(), by_score);
   std::vector<Diagnosis> out;
   for (auto& k : kept) {
     if (out.size() >= opt.keep) break;

@@ -34,13 +34,13 @@ struct Diagnosis {
 
 struct DiagnoseOptions {
   std::size_t keep = 5;  // the best this many dialects are returned
-  // Forward cases of more than `sample_above` elements are ranked on a sample of rows (the
-  // `sample_rows` where the outputs depart most from the spec, and `sample_rows` spread over the
-  // case); the best `full_evaluations` are then scored on every row, the others keep their
-  // sample score, a lower bound (explains = false, the evidence says so).
+  // Cases of more than `sample_above` elements are ranked on a sample of rows (the rows where
+  // the outputs depart most from the spec, at most `sample_rows` and an eighth of the rows, and
+  // as many spread over the case); the best `full_evaluations` are then scored on every row,
+  // the others keep their sample score, a lower bound (explains = false, the evidence says so).
   std::size_t sample_above = 2048;
   std::size_t sample_rows = 8;
-  int full_evaluations = 2;
+  int full_evaluations = 3;
 };
 
 // Ranks the panel's dialects on one case, best (lowest score) first, and returns the best
