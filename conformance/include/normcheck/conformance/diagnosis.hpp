@@ -40,7 +40,7 @@ struct DiagnoseOptions {
   // the others keep their sample score, a lower bound (explains = false, the evidence says so).
   std::size_t sample_above = 2048;
   std::size_t sample_rows = 8;
-  int full_evaluations = 3;
+  int full_evaluations = 2;
 };
 
 // Ranks the panel's dialects on one case, best (lowest score) first, and returns the best
