@@ -76,8 +76,8 @@ struct Knobs {
 };
 
 // Predicted values per output (in the order of a Layout). A dialect that cannot say the order of
-// its roundings predicts an interval instead: `slack` around the value, for outputs whose values
-// must lie on the grid of dtype `grid` (a value off the grid gets no slack).
+// its roundings predicts an interval instead: the values of dtype `grid` within `slack` of the
+// predicted value.
 struct Predictions {
   std::map<std::string, std::vector<double>> values;
   std::map<std::string, std::vector<double>> slack;
@@ -722,12 +722,13 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
     for (std::size_t ci = 0; ci < flat.size(); ++ci) {
       const std::size_t i = flat[ci];
       const double p = predicted(di->second[ci], si->second[ci], exp.f64[i], t == DType::float64);
-      if (sl != dialect->slack.end() && gr != dialect->grid.end() && std::isfinite(gv[i]) &&
-          ref::representable(gv[i], gr->second)) {
-        // An interval prediction: a value of the grid within the slack is explained.
+      if (sl != dialect->slack.end() && gr != dialect->grid.end() && std::isfinite(gv[i])) {
+        // An interval prediction: the values of the grid within the slack of p. The error is
+        // the distance from got to that set: at least its distance to the grid.
         const double al = a_abs(a, exp, i, t);
         if (std::isnan(al)) continue;
-        const double err = std::max(0.0, std::fabs(gv[i] - p) - sl->second[ci]);
+        const double off_grid = std::fabs(gv[i] - ref::round_to(gv[i], gr->second));
+        const double err = std::max({0.0, std::fabs(gv[i] - p) - sl->second[ci], off_grid});
         see(err == 0 ? 0.0 : (al > 0 ? err / al : kInf), name, i);
         continue;
       }

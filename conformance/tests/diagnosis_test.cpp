@@ -245,6 +245,49 @@ TEST(Diagnosis, LowPrecisionHFromTheReference) {
   expect_first(fc, outputs_of(f, fc), "h_rounded_to_input_dtype");
 }
 
+// Backward: column sums rounded through bfloat16 (an independent reduction: the certified sum
+// rounded once) are explained by the interval dialect, float32 column sums off the bfloat16 grid
+// are not; columns left at 0 are found and counted.
+TEST(Diagnosis, BackwardReductionFaults) {
+  auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 8, 64, 0, 1);
+  std::mt19937_64 rng(11);
+  c.direction = ref::Direction::backward;
+  c.inputs["dy"] = ref::Tensor{DType::float32, {8, 64}, normal(rng, 512, 0, 1, DType::float32)};
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (const char* name : {"dweight", "dbias"})
+    for (std::size_t j = 0; j < got[name].data.size(); ++j)
+      got[name].data[j] = ref::round_to(fc.expected.at(name).f64[j], DType::bfloat16);
+  expect_first(fc, got, "column_sums_bf16");
+
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (std::size_t j = 32; j < 64; ++j) got["dweight"].data[j] = got["dbias"].data[j] = 0;
+  expect_first(fc, got, "column_sums_columns_dropped");
+  const auto d = diagnose(fc, got);
+  EXPECT_EQ(d[0].parameters.at("columns_dropped"), 64) << "32 columns of dweight and of dbias";
+
+  // Correct outputs: the bfloat16 interval does not explain float32 sums.
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (const auto& x : diagnose(fc, got, {.keep = 100})) {
+    if (x.dialect == "column_sums_bf16") {
+      EXPECT_GT(x.score, 100) << "explains correct float32 sums: " << x.evidence;
+    }
+  }
+}
+
+// Rows from a limit on left at 0 (a launch grid capped): the limit is found.
+TEST(Diagnosis, RowsNotComputed) {
+  const auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 40, 8, 0, 1);
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (std::size_t i = 30 * 8; i < got["y"].data.size(); ++i) got["y"].data[i] = 0;
+  for (std::size_t r = 30; r < 40; ++r) got["rstd"].data[r] = 0;
+  expect_first(fc, got, "rows_not_computed");
+  EXPECT_EQ(diagnose(fc, got)[0].parameters.at("first_row_not_computed"), 30);
+}
+
 // The correctly rounded (spec) outputs: no dialect may explain them better than the spec.
 TEST(Diagnosis, CorrectOutputsAreExplainedBestByTheSpec) {
   std::vector<ref::Case> cases{eps_case(), eps_case(ref::Op::rmsnorm),
