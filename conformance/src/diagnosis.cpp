@@ -1575,14 +1575,23 @@ std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
                                 const std::map<std::string, OutputAllowance>& allow,
                                 const DiagnoseOptions& opt) {
   const ref::Case& c = fc.c;
+  const auto x = c.inputs.find("x");
+  if (x == c.inputs.end() || x->second.data.size() > opt.max_elements) return {};
   bool wide = false;
   for (DType t : {c.dtype_x, c.dtype_param, c.dtype_out, c.dtype_compute, c.dtype_residual})
     wide |= t == DType::float64;
-  return wide ? diagnose_as<long double>(fc, got, allow, opt) : diagnose_as<double>(fc, got, allow, opt);
+  // A diagnosis never changes a case's verdict: whatever goes wrong in it gives no diagnosis.
+  try {
+    return wide ? diagnose_as<long double>(fc, got, allow, opt) : diagnose_as<double>(fc, got, allow, opt);
+  } catch (const std::exception&) {
+    return {};
+  }
 }
 
 std::string describe_diagnosis(const std::vector<Diagnosis>& d) {
-  if (d.empty()) return "diagnosis: no dialect of the panel applies to this case";
+  if (d.empty())
+    return "diagnosis: the panel does not cover this case (no dialect applies, a block backward, or more "
+           "than 2^24 elements)";
   const Diagnosis& b = d.front();
   std::string params;
   for (const auto& [k, v] : b.parameters)

@@ -41,12 +41,16 @@ struct DiagnoseOptions {
   std::size_t sample_above = 2048;
   std::size_t sample_rows = 8;
   int full_evaluations = 2;
+  // Cases larger than this (elements of x) are not diagnosed: the predictions of a few dialects
+  // are held in memory at once (8 bytes per element each).
+  std::size_t max_elements = std::size_t{1} << 24;
 };
 
 // Ranks the panel's dialects on one case, best (lowest score) first, and returns the best
 // `keep`. `allow` is derive_allowances(fc.c) (the runner has it already). Outputs of `got` with
 // a wrong shape or dtype, and missing ones, are not scored. Returns an empty list for a case the
-// panel does not model (no dialect applies); never throws for a valid fixture case.
+// panel does not model (no dialect applies, blocks backward, more than max_elements); never
+// throws.
 std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
                                 const std::map<std::string, OutputAllowance>& allow,
                                 const DiagnoseOptions& opt = {});
