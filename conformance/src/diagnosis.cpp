@@ -631,9 +631,13 @@ class Engine {
 
 // ---- scoring ---------------------------------------------------------------------------------
 
+// Predictions closer than this many allowances everywhere cannot be told apart by the outputs.
+constexpr double kSameWithin = 0.5;
+
 struct Score {
   double score = 0;
   std::int64_t beyond = 0;  // elements beyond their allowance (ranks dialects of equal score)
+  bool distinct = false;    // some element tells the dialect from the spec (see distinguishable)
   std::string worst_output;
   std::int64_t worst_index = -1;
 };
@@ -719,9 +723,14 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
     const auto& flat = fi->second;
     const auto sl = dialect->slack.find(name);
     const auto gr = dialect->grid.find(name);
+    if (gr != dialect->grid.end()) s.distinct = true;  // an interval prediction
     for (std::size_t ci = 0; ci < flat.size(); ++ci) {
       const std::size_t i = flat[ci];
       const double p = predicted(di->second[ci], si->second[ci], exp.f64[i], t == DType::float64);
+      if (!s.distinct && !(std::fabs(p - exp.f64[i]) <= kSameWithin * a.abs[i]) && !std::isnan(a.abs[i])) {
+        const double rp = ref::round_to(p, t), re = ref::round_to(exp.f64[i], t);
+        s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
+      }
       if (sl != dialect->slack.end() && gr != dialect->grid.end() && std::isfinite(gv[i])) {
         // An interval prediction: the values of the grid within the slack of p. The error is
         // the distance from got to that set: at least its distance to the grid.
@@ -767,9 +776,6 @@ std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& g
   }
   return r;
 }
-
-// Predictions closer than this many allowances everywhere cannot be told apart by the outputs.
-constexpr double kSameWithin = 0.5;
 
 // Whether some element of `lay` tells predictions a and b apart (b == nullptr: the certified
 // values): they differ by more than kSameWithin allowance and round to different values of the output's
@@ -1459,8 +1465,8 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       const std::uint64_t h = hash_of(p);
       if (h == spec_hash) continue;  // the spec itself on this case
       // A dialect no output of this case can tell from the spec is not a diagnosis.
-      if (!distinguishable(fc, got, allow, lay, &p, nullptr, spec_pred)) continue;
       const Score sc = score_of(fc, got, allow, &lay, &p, &spec_pred);
+      if (!sc.distinct) continue;  // no output of this case can tell it from the spec
       if (best && !(sc.score < best->score.score)) continue;
       Diagnosis r;
       r.dialect = d.info.name;
