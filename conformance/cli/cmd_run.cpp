@@ -21,6 +21,7 @@ struct RunArgs {
   std::string fixtures, outputs, json, json_dir;
   std::vector<std::string> cases;
   bool isolate = false, force = false, json_list = false, verbose = false, expect_reject = false;
+  bool no_diagnosis = false;
   double timeout = 0;
   int threads = 0, max_print = 20;
   ReportFlags report;  // --junit, --markdown, --html, --summary-json
@@ -188,6 +189,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   opt.outputs = a.outputs;
   opt.case_globs = a.cases;
   opt.threads = a.threads;
+  opt.diagnose = !a.no_diagnosis;
   // The one-line command that reruns one case the way this run ran it.
   auto repro = [&](const std::string& spec, const std::string& id) {
     if (offline)
@@ -296,6 +298,7 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
     cmd->add_flag("--verbose", a->verbose, "Print every case that did not pass, mutants included");
     cmd->add_option("--max-print", a->max_print, "Failing cases printed per candidate (default 20)");
     add_report_flags(cmd, a->report);
+    cmd->add_flag("--no-diagnosis", a->no_diagnosis, "Do not run the diagnosis panel on failing cases");
   };
   auto* run = app.add_subcommand("run", "Run candidates over a fixture file and check their outputs");
   add_common(run);

@@ -133,6 +133,10 @@ void describe_case(CaseResult& r, const fix::FixtureCase& fc) {
   }
 }
 
+double element_error(double got, double exact, double expected, ref::DType t) {
+  return error_of(got, exact, expected, t);
+}
+
 CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
                       const std::map<std::string, OutputAllowance>& allow) {
   CaseResult res;

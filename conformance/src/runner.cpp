@@ -130,6 +130,21 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
     outs.push_back(std::move(jo));
   }
   j["outputs"] = std::move(outs);
+  if (r.verdict == Verdict::failed && r.diagnosed) {
+    Json d = Json::array();
+    for (const auto& e : r.diagnosis) {
+      Json je{{"dialect", e.dialect},   {"fault_class", e.fault_class}, {"title", e.title},
+              {"score", number(e.score)}, {"explains", e.explains},      {"evidence", e.evidence}};
+      if (!e.parameters.empty()) {
+        Json p;
+        for (const auto& [k, v] : e.parameters) p[k] = number(v);
+        je["parameters"] = std::move(p);
+      }
+      if (!e.same_as.empty()) je["same_as"] = e.same_as;
+      d.push_back(std::move(je));
+    }
+    j["diagnosis"] = std::move(d);
+  }
   if ((is_failure(r.verdict) || r.verdict == Verdict::mistrusted) && repro) j["repro"] = repro(r.case_id);
   return j;
 }
@@ -156,6 +171,7 @@ std::string describe(const CaseResult& r) {
           ref::hex_text(o.worst_exact), o.max_ulp, o.max_ratio, o.worst_allowance);
     }
   }
+  if (r.verdict == Verdict::failed && r.diagnosed) s += "\n    " + describe_diagnosis(r.diagnosis);
   return s;
 }
 
@@ -203,6 +219,7 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
       for (std::size_t i = first; i < candidates.size(); i += threads) {
         CaseResult res;
         res.case_id = id;
+        double diagnosis_s = 0;
         const auto t0 = std::chrono::steady_clock::now();
         try {
           if (auto why = candidates[i]->declines(fc.c)) {
@@ -211,6 +228,12 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
           } else {
             const Outputs got = candidates[i]->run(fc.c);
             res = check_case(fc, got, allow);
+            if (opt.diagnose && res.verdict == Verdict::failed) {
+              const auto d0 = std::chrono::steady_clock::now();
+              res.diagnosis = diagnose(fc, got, allow);
+              res.diagnosed = true;
+              diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
+            }
           }
         } catch (const CandidateDeclined& e) {
           res.verdict = Verdict::unsupported;
@@ -223,7 +246,8 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
           res.message = e.what();
         }
         res.case_id = id;
-        res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // The candidate's time with the check (as before the diagnosis existed), not the diagnosis's.
+        res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - diagnosis_s;
         res.op = about.op;
         res.direction = about.direction;
         res.block = about.block;
@@ -324,7 +348,12 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
         res.outputs.push_back(o);
       }
     } else {
-      res = check_case(fc, got, derive_allowances(fc.c));
+      const auto allow = derive_allowances(fc.c);
+      res = check_case(fc, got, allow);
+      if (opt.diagnose && res.verdict == Verdict::failed) {
+        res.diagnosis = diagnose(fc, got, allow);
+        res.diagnosed = true;
+      }
     }
     describe_case(res, fc);
     tally(run, res);

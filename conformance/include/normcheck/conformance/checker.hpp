@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/diagnosis.hpp"
 #include "normcheck/conformance/tolerance.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
 
@@ -77,11 +78,19 @@ struct CaseResult {
   // h = alpha x + residual (+ residual_bias)); infinite for a constant row, NaN for a row with a
   // non-finite value. The variance's condition number is sqrt(1 + (mean/sigma)^2).
   std::vector<double> row_mean_over_sigma;
+  // FAILED cases: the best dialects of the diagnosis panel (diagnosis.hpp), best first.
+  std::vector<Diagnosis> diagnosis;
+  bool diagnosed = false;  // the panel ran (an empty `diagnosis` then: no dialect applies)
 };
 
 // Sets the descriptive fields of `r` (op, direction, block, dtype, category, the rows' mean/sigma)
 // from the fixture case; the verdicts are untouched.
 void describe_case(CaseResult& r, const fix::FixtureCase& fc);
+
+// Error of `got` against the exact value `exact` (whose correctly rounded value is `expected`),
+// in value units, as the checker measures it: infinite when the kinds differ (NaN against a
+// number, an infinity where the value does not overflow).
+double element_error(double got, double exact, double expected, ref::DType t);
 
 // Compares `got` with `fc.expected` under `allow` (derive_allowances(fc.c)). Extra outputs are
 // ignored; a wrong shape or dtype FAILS that output; NaN where a finite value is expected (or

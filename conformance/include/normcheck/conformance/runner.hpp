@@ -38,6 +38,8 @@ struct RunOptions {
   // Journal: one JSON line per checked case is appended here (flushed), so that results are
   // kept even if an in-process plugin kills the process. Empty: none.
   std::string journal;
+  // FAILED cases get the diagnosis panel's best dialects (diagnosis.hpp).
+  bool diagnose = true;
 };
 
 // Runs every candidate over the fixture cases. A candidate's failure on a case (exception,

@@ -1,0 +1,246 @@
+// Measures the diagnosis panel on the bundled CPU mutants (conformance/DIAGNOSIS.md):
+//   - for every FAILED case of every mutant, the rank of the planted fault among the dialects
+//     (top-1 and top-3 rates), and whether the best dialect "explains" the outputs (score <= 1);
+//   - that no passing case of any candidate (correct kernels included) gets a diagnosis, through
+//     the runner's own path (run_candidates);
+//   - the time of the diagnosis against the time of checking the same failing cases
+//     (derive_allowances + check_case), in CPU time of the thread.
+//
+//   diagnosis_eval FIXTURES.h5 [--assert] [--verbose]
+// --assert exits 1 when top-1 < 90 % or top-3 < 98 % (over the mutants whose fault has a
+// dialect), a passing case carries a diagnosis, a FAILED one has none, or a correct kernel
+// fails. Times are printed, not asserted (CI machines are shared).
+//
+// The planted fault of each mutant is named below by the dialect(s) that describe it, written
+// from the mutant's fault text (its `fault` metadata), not from its code.
+#include <fmt/core.h>
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/checker.hpp"
+#include "normcheck/conformance/diagnosis.hpp"
+#include "normcheck/conformance/runner.hpp"
+#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/fixtures/hdf5_io.hpp"
+
+using namespace normcheck;
+
+namespace {
+
+// Mutant -> the dialects that name its planted fault. Empty: the panel has no dialect for it.
+const std::map<std::string, std::set<std::string>>& planted() {
+  static const std::map<std::string, std::set<std::string>> m{
+      {"mut_eps_outside_sqrt", {"eps_outside_sqrt"}},
+      {"mut_eps_in_denominator", {"eps_in_count"}},
+      {"mut_eps_hardcoded", {"eps_other_value"}},
+      {"mut_eps_dropped", {"eps_missing"}},
+      // eps rounded to float16: 1e-12 underflows to 0, which is eps_missing on that case.
+      {"mut_eps_fp16", {"eps_fp16", "eps_missing"}},
+      {"mut_one_pass_variance", {"one_pass_variance_fp32", "one_pass_variance_fp16"}},
+      {"mut_unbiased_variance", {"unbiased_variance"}},
+      {"mut_padding_lanes", {"padding_lanes"}},
+      {"mut_fp16_accumulation", {"low_precision_accumulation_fp16"}},
+      {"mut_welford_merge", {"stats_merged_equal_weights"}},
+      {"mut_wrong_axis", {"stats_all_but_batch"}},
+      {"mut_last_dim_only", {"stats_last_dim_only"}},
+      {"mut_rms_centred", {"rms_centred"}},
+      {"mut_weight_not_broadcast", {"weight_not_broadcast"}},
+      // The contract's x-hat rounding skipped: a skipped point, or the contract without it.
+      {"mut_weight_before_downcast", {"contract_point_skipped", "other_contract"}},
+      {"mut_offset_in_param_dtype", {"scale_rounded_to_param", "other_contract"}},
+      {"mut_rstd_bf16", {"rstd_rounded_bf16"}},
+      {"mut_h_kept_unrounded", {"contract_point_skipped", "other_contract"}},
+      {"mut_fused_add_rounds_h", {"h_rounded_to_input_dtype"}},
+      {"mut_residual_out_missing_bias", {"residual_out_missing_bias"}},
+      {"mut_residual_out_overwritten", {"residual_out_holds_xhat", "residual_out_holds_y"}},
+      {"mut_pre_ln_residual_after_norm", {"block_pre_residual_after_norm"}},
+      {"mut_deepnorm_alpha_on_f", {"block_deepnorm_alpha_on_f"}},
+      {"mut_post_ln_double_norm", {"block_post_double_norm"}},
+      {"mut_dweight_bf16_reduction", {"column_sums_bf16"}},
+      {"mut_dweight_warp_width", {"column_sums_columns_dropped"}},
+      {"mut_dgamma_wrong_index", {}},
+      {"mut_rows_beyond_grid_limit", {"rows_not_computed"}},
+  };
+  return m;
+}
+
+struct Tally {
+  int failing = 0, top1 = 0, top3 = 0, explained = 0, nothing = 0;
+};
+
+// CPU time of this thread: the machines that run this are shared, wall time is not comparable.
+double now() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fmt::print(stderr, "usage: diagnosis_eval FIXTURES.h5 [--assert] [--verbose] [--cases GLOB]\n");
+    return 2;
+  }
+  const std::string path = argv[1];
+  bool assert_targets = false, verbose = false;
+  std::string glob = "*";
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--assert"))
+      assert_targets = true;
+    else if (!std::strcmp(argv[i], "--verbose"))
+      verbose = true;
+    else if (!std::strcmp(argv[i], "--cases") && i + 1 < argc)
+      glob = argv[++i];
+    else {
+      fmt::print(stderr, "diagnosis_eval: unknown argument {}\n", argv[i]);
+      return 2;
+    }
+  }
+  std::vector<const conf::BuiltinEntry*> cands;
+  for (const auto& e : conf::builtin_candidates())
+    if (e.info.name.rfind("builtin:cpu_", 0) == 0 || e.info.name.rfind("builtin:mut_", 0) == 0)
+      cands.push_back(&e);
+
+  fix::FixtureReader reader(path);
+  std::map<std::string, Tally> per_mutant;
+  Tally total;
+  double t_check = 0, t_diag = 0, worst_ratio = 0;
+  std::string worst_ratio_case;
+  int correct_failures = 0, unrepresentable = 0;
+  for (const auto& id : reader.case_ids()) {
+    if (::fnmatch(glob.c_str(), id.c_str(), 0) != 0) continue;
+    const fix::FixtureCase fc = reader.read_case(id);
+    double t0 = now();
+    const auto allow = conf::derive_allowances(fc.c);
+    const double t_allow = now() - t0;
+    for (const auto* e : cands) {
+      auto cand = e->make();
+      if (cand->declines(fc.c)) continue;
+      conf::Outputs got;
+      try {
+        got = cand->run(fc.c);
+      } catch (const std::exception&) {
+        continue;
+      }
+      t0 = now();
+      const auto res = conf::check_case(fc, got, allow);
+      const double tc = now() - t0 + t_allow;
+      if (res.verdict != conf::Verdict::failed) continue;
+      const std::string name = e->info.name.substr(8);
+      if (e->info.kind != conf::CandidateKind::mutant) {
+        ++correct_failures;
+        fmt::print("correct kernel {} FAILED {}\n", name, id);
+        continue;
+      }
+      t0 = now();
+      const auto d = conf::diagnose(fc, got, allow);
+      const double td = now() - t0;
+      t_check += tc;
+      t_diag += td;
+      if (td / tc > worst_ratio) {
+        worst_ratio = td / tc;
+        worst_ratio_case = name + " " + id;
+      }
+      const auto& want = planted().at(name);
+      int rank = 0;
+      for (std::size_t i = 0; i < d.size() && !rank; ++i) {
+        if (want.count(d[i].dialect)) rank = static_cast<int>(i) + 1;
+        for (const auto& alias : d[i].same_as)
+          if (!rank && want.count(alias)) rank = static_cast<int>(i) + 1;
+      }
+      if (want.empty()) {  // the panel has no dialect for this fault: reported, not counted
+        ++per_mutant[name].failing;
+        ++unrepresentable;
+        fmt::print("{:<32} {:<40} (no dialect for this fault) best: {}\n", name, id,
+                   d.empty() ? std::string("(none)") : d[0].dialect);
+        continue;
+      }
+      for (Tally* t : {&per_mutant[name], &total}) {
+        ++t->failing;
+        if (rank == 1) ++t->top1;
+        if (rank >= 1 && rank <= 3) ++t->top3;
+        if (!d.empty() && d.front().explains) ++t->explained;
+        if (d.empty()) ++t->nothing;
+      }
+      if (verbose || rank != 1) {
+        fmt::print("{:<32} {:<40} {:6.2f} ms (check {:6.2f} ms) planted rank {}; best: {}\n", name, id,
+                   1e3 * td, 1e3 * tc, rank ? std::to_string(rank) : "-",
+                   d.empty() ? std::string("(none)")
+                             : fmt::format("{} {:.3g}{}", d[0].dialect, d[0].score,
+                                           d[0].explains ? "" : " (not explained)"));
+        if (verbose)
+          for (const auto& x : d) fmt::print("      {:<34} {:.4g}  {}\n", x.dialect, x.score, x.evidence);
+      }
+    }
+  }
+
+  // The runner's path: no passing case carries a diagnosis; every FAILED one does.
+  std::vector<std::unique_ptr<conf::Candidate>> run_cands;
+  for (const auto* e : cands) run_cands.push_back(e->make());
+  conf::RunOptions ro;
+  ro.fixtures = path;
+  ro.threads = 1;
+  if (glob != "*") ro.case_globs = {glob};
+  int passing_with = 0, failed_without = 0, passing = 0;
+  for (const auto& run : conf::run_candidates(run_cands, ro))
+    for (const auto& c : run.cases) {
+      if (c.verdict == conf::Verdict::failed)
+        failed_without += !c.diagnosed;
+      else {
+        ++passing;
+        passing_with += c.diagnosed || !c.diagnosis.empty();
+      }
+    }
+
+  fmt::print("\n{:<32} {:>7} {:>6} {:>6} {:>9}\n", "mutant", "failing", "top-1", "top-3", "explained");
+  for (const auto& [name, t] : per_mutant)
+    fmt::print("{:<32} {:>7} {:>6} {:>6} {:>9}\n", name, t.failing, t.top1, t.top3, t.explained);
+  std::set<std::string> silent;
+  for (const auto& [name, want] : planted())
+    if (!per_mutant.count(name)) silent.insert(name);
+  for (const auto& s : silent) fmt::print("{:<32} {:>7}   (no FAILED case in this tier)\n", s, 0);
+  const double top1 = total.failing ? 100.0 * total.top1 / total.failing : 0;
+  const double top3 = total.failing ? 100.0 * total.top3 / total.failing : 0;
+  int mut_top1 = 0, mut_top3 = 0;
+  int represented = 0;
+  for (const auto& [name, t] : per_mutant) {
+    if (planted().at(name).empty()) continue;
+    ++represented;
+    mut_top1 += 2 * t.top1 > t.failing;  // planted fault top-ranked on most of its failing cases
+    mut_top3 += t.top3 == t.failing;
+  }
+  fmt::print(
+      "\nfailing (mutant, case) pairs: {} (and {} of mutants whose fault no dialect represents); planted "
+      "fault top-1: {} ({:.1f} %), top-3: {} ({:.1f} %), best dialect explains (score <= 1): {}\n",
+      total.failing, unrepresentable, total.top1, top1, total.top3, top3, total.explained);
+  fmt::print(
+      "mutants with a FAILED case: {} ({} with a dialect for their fault); planted fault top-1 on most of "
+      "its cases: {}, top-3 on all: {}\n",
+      per_mutant.size(), represented, mut_top1, mut_top3);
+  fmt::print("passing cases (all candidates): {}, with a diagnosis: {}; FAILED cases without one: {}\n",
+             passing, passing_with, failed_without);
+  fmt::print("correct kernels' FAILED cases: {}\n", correct_failures);
+  fmt::print(
+      "CPU time on the failing cases: check (allowances + compare) {:.3f} s, diagnosis {:.3f} s, ratio "
+      "{:.2f}; "
+      "worst single case {:.2f} ({})\n",
+      t_check, t_diag, t_check > 0 ? t_diag / t_check : 0.0, worst_ratio, worst_ratio_case);
+  if (!assert_targets) return 0;
+  bool ok = true;
+  if (top1 < 90) ok = false, fmt::print("FAIL: top-1 {:.1f} % < 90 %\n", top1);
+  // The target is 100 %; one (mutant, case) pair of the smoke tier misses it (DIAGNOSIS.md).
+  if (top3 < 98) ok = false, fmt::print("FAIL: top-3 {:.1f} % < 98 %\n", top3);
+  if (passing_with || failed_without) ok = false, fmt::print("FAIL: diagnoses attached to the wrong cases\n");
+  if (correct_failures) ok = false, fmt::print("FAIL: a correct kernel failed\n");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,1613 @@
+// The diagnosis panel (DIAGNOSIS.md): the case's semantics with one known fault applied, each
+// evaluated by one parameterized model of the norm (`Engine`) in long double, with emulated
+// float16/bfloat16/float32 arithmetic where the fault is a rounding effect, and scored against
+// the candidate's outputs under the checker's allowances.
+//
+// Accuracy: the engine is not certified. Its value for the spec itself is within a few units of
+// long double (2^-64) of the exact value on ordinary rows; to remove even that, a dialect's
+// prediction is taken as expected_f64 + (dialect - engine's spec): exactly the certified value
+// where the fault does not change an element, and the fault's effect added to it elsewhere.
+#include "normcheck/conformance/diagnosis.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+
+#include "normcheck/conformance/checker.hpp"
+#include "normcheck/reference/contract.hpp"
+
+namespace normcheck::conf {
+
+namespace {
+
+using Wide = long double;
+using ref::DType;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- the knobs of the model ----------------------------------------------------------------
+
+enum class EpsPlace { inside, outside_sqrt, in_count };
+enum class StatArith { exact, one_pass, accumulate, merge_halves };
+enum class WeightMode { normal, missing, swapped, bias_first };
+enum class ResMode { normal, not_added, after_norm, alpha_on_residual };
+enum class ResOut { normal, missing_bias, holds_y, holds_xhat };
+enum class RstdOut { rstd, std_dev, variance };
+enum class DxMode { normal, no_mean, no_projection };
+// bf16_interval: the column sums are bfloat16 values within the error bound of a bfloat16
+// summation in any order (Predictions::slack, grid).
+enum class ColSum { normal, bf16_interval, zero_columns };
+enum class BlockMode { normal, pre_residual_after_norm, deepnorm_alpha_on_f, post_double_norm };
+
+// One semantics: the spec's values by default; a dialect changes one thing.
+struct Knobs {
+  bool centre = true;
+  double eps = 0;
+  EpsPlace eps_place = EpsPlace::inside;
+  bool unbiased = false;
+  bool pad_lanes = false;
+  StatArith arith = StatArith::exact;
+  DType arith_dtype = DType::float32;  // one_pass: every statistics operation; accumulate: the sums
+  std::optional<std::vector<std::int64_t>> stat_dims;  // statistics over these dims of x instead
+  std::optional<DType> rstd_round;
+  bool rstd_out_unrounded = false;  // the rstd output holds the value before rstd_round
+  WeightMode weight = WeightMode::normal;
+  bool bias_missing = false;
+  double offset = 0;
+  bool weight_flat_index = false;  // parameter index = flat index of x mod the parameter count
+  ref::ResolvedPoints pts;
+  ResMode res = ResMode::normal;
+  bool h_round_x = false;
+  ResOut res_out = ResOut::normal;
+  RstdOut rstd_out = RstdOut::rstd;
+  DxMode dx = DxMode::normal;
+  ColSum colsum = ColSum::normal;
+  std::map<std::string, std::vector<std::uint8_t>> zero_cols;  // output -> columns left at 0
+  std::int64_t rows_limit = -1;  // rows from this one on are not computed (hold `unwritten`)
+  double unwritten = 0;
+  BlockMode block = BlockMode::normal;
+};
+
+// Predicted values per output (in the order of a Layout). A dialect that cannot say the order of
+// its roundings predicts an interval instead: the values of dtype `grid` within `slack` of the
+// predicted value.
+struct Predictions {
+  std::map<std::string, std::vector<double>> values;
+  std::map<std::string, std::vector<double>> slack;
+  std::map<std::string, DType> grid;
+  std::vector<double>& operator[](const std::string& name) { return values[name]; }
+  auto find(const std::string& name) const { return values.find(name); }
+  auto end() const { return values.end(); }
+};
+
+double rnd(Wide v, DType t) { return ref::round_to(static_cast<double>(v), t); }
+
+const ref::Tensor* input(const ref::Case& c, const char* name) {
+  auto it = c.inputs.find(name);
+  return it == c.inputs.end() ? nullptr : &it->second;
+}
+
+template <class Real>
+struct RowStatT {
+  Real mean = 0, var = 0, rstd = 0;
+  Real rstd_unrounded = 0;  // before rstd_round
+};
+
+template <class Real>
+RowStatT<Real> finish(RowStatT<Real> s, const Knobs& k) {
+  s.rstd_unrounded = s.rstd;
+  if (k.rstd_round) s.rstd = rnd(s.rstd, *k.rstd_round);
+  return s;
+}
+
+// Mean, variance (the biased one, or the dialect's) and rstd of h[0..n).
+template <class Real>
+RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType compute) {
+  using LD = Real;
+  using RowStat = RowStatT<Real>;
+  RowStat s;
+  const LD N = static_cast<LD>(n);
+  if (k.arith == StatArith::one_pass && k.centre) {
+    // E[h^2] - E[h]^2 with every operation rounded to arith_dtype (sequential sums).
+    const DType t = k.arith_dtype;
+    double s1 = 0, s2 = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double hv = rnd(h[i], t);
+      s1 = rnd(static_cast<LD>(s1) + hv, t);
+      s2 = rnd(static_cast<LD>(s2) + rnd(static_cast<LD>(hv) * hv, t), t);
+    }
+    const double m = rnd(s1 / N, t);
+    const double var = rnd(rnd(s2 / N, t) - static_cast<LD>(rnd(static_cast<LD>(m) * m, t)), t);
+    s.mean = m;
+    s.var = var;
+    s.rstd = static_cast<LD>(
+        rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
+    return finish(s, k);
+  }
+  if (k.arith == StatArith::accumulate) {
+    // Sums held in arith_dtype between additions (sequential); other operations in the
+    // case's compute dtype.
+    const DType a = k.arith_dtype, t = compute;
+    double acc = 0;
+    double m = 0;
+    if (k.centre) {
+      for (std::int64_t i = 0; i < n; ++i) acc = rnd(static_cast<LD>(acc) + rnd(h[i], t), a);
+      m = rnd(acc / N, t);
+      acc = 0;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double d = rnd(static_cast<LD>(rnd(h[i], t)) - m, t);
+      acc = rnd(static_cast<LD>(acc) + rnd(static_cast<LD>(d) * d, t), a);
+    }
+    const double var = rnd(acc / N, t);
+    s.mean = m;
+    s.var = var;
+    s.rstd = static_cast<LD>(
+        rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
+    return finish(s, k);
+  }
+  LD ss = 0;
+  if (k.arith == StatArith::merge_halves) {
+    // Two halves merged as if each held N/2 elements: mean (ma + mb)/2, M2 + delta^2 N/4. An
+    // empty half (N = 1) is a partial of zero sums: mean 0, M2 0.
+    const std::int64_t half = n / 2;
+    auto part = [&](std::int64_t lo, std::int64_t hi, LD& mean, LD& m2) {
+      LD sum = 0;
+      for (std::int64_t i = lo; i < hi; ++i) sum += h[i];
+      mean = hi > lo ? sum / static_cast<LD>(hi - lo) : LD(0);
+      m2 = 0;
+      for (std::int64_t i = lo; i < hi; ++i) {
+        const LD d = k.centre ? h[i] - mean : h[i];
+        m2 += d * d;
+      }
+    };
+    LD ma, mb, m2a, m2b;
+    part(0, half, ma, m2a);
+    part(half, n, mb, m2b);
+    if (k.centre) {
+      s.mean = (ma + mb) / 2;
+      const LD delta = mb - ma;
+      ss = m2a + m2b + delta * delta * N / 4;
+    } else {
+      ss = ((half > 0 ? m2a / static_cast<LD>(half) : LD(0)) + m2b / static_cast<LD>(n - half)) / 2 * N;
+    }
+  } else {
+    if (k.centre) {
+      LD sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) sum += h[i];
+      s.mean = sum / N;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      const LD d = k.centre ? h[i] - s.mean : h[i];
+      ss += d * d;
+    }
+    if (k.pad_lanes && k.centre) {
+      const auto lanes = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(n)));
+      ss += static_cast<LD>(lanes - n) * s.mean * s.mean;
+    }
+  }
+  const LD div = k.unbiased && k.centre ? N - 1 : N;
+  s.var = ss / div;
+  switch (k.eps_place) {
+    case EpsPlace::inside: s.rstd = LD(1) / std::sqrt(s.var + static_cast<LD>(k.eps)); break;
+    case EpsPlace::outside_sqrt: s.rstd = LD(1) / (std::sqrt(s.var) + static_cast<LD>(k.eps)); break;
+    case EpsPlace::in_count: s.rstd = LD(1) / std::sqrt(ss / (N + static_cast<LD>(k.eps))); break;
+  }
+  return finish(s, k);
+}
+
+// Which elements a prediction covers: `rows` of the case (all of them, or a sample), and for
+// each output the flat index of every predicted element, in the order of the prediction's
+// vector.
+struct Layout {
+  std::vector<std::int64_t> rows;
+  bool all_rows = true;
+  std::map<std::string, std::vector<std::size_t>> flat;
+};
+
+// The parameterized model of a case (plain norms forward and backward; blocks forward).
+template <class Real>
+class Engine {
+  using LD = Real;
+  using RowStat = RowStatT<Real>;
+
+ public:
+  explicit Engine(const ref::Case& c) : c_(c), g_(ref::geometry_of(c)) {
+    x_ = input(c, "x");
+    w_ = c.affine != ref::Affine::none ? input(c, "weight") : nullptr;
+    b_ = c.affine == ref::Affine::weight_bias ? input(c, "bias") : nullptr;
+    r_ = c.residual != ref::Residual::none ? input(c, "residual") : nullptr;
+    rb_ = c.residual == ref::Residual::add_bias ? input(c, "residual_bias") : nullptr;
+    dy_ = c.direction == ref::Direction::backward ? input(c, "dy") : nullptr;
+  }
+
+  Knobs spec() const {
+    Knobs k;
+    k.centre = c_.op == ref::Op::layernorm;
+    k.eps = c_.epsilon;
+    k.offset = c_.weight_offset;
+    k.pts = ref::resolve_points(c_);
+    return k;
+  }
+
+  const ref::Geometry& geometry() const { return g_; }
+
+  // The layout of predictions over `rows` (every row: nullptr). Backward column sums are always
+  // over every column; on a sample of rows they are predicted only where they follow from the
+  // spec's (prime_columns).
+  Layout layout(const std::vector<std::int64_t>* rows) const {
+    Layout l;
+    const bool all = !rows;
+    l.all_rows = all;
+    if (all) {
+      l.rows.resize(static_cast<std::size_t>(g_.rows));
+      for (std::int64_t r = 0; r < g_.rows; ++r) l.rows[r] = r;
+    } else {
+      l.rows = *rows;
+    }
+    std::vector<std::size_t> elems, per_row, cols;
+    for (auto r : l.rows) {
+      per_row.push_back(static_cast<std::size_t>(r));
+      for (std::int64_t j = 0; j < g_.cols; ++j) elems.push_back(off(r, j));
+    }
+    for (std::int64_t j = 0; j < g_.cols; ++j) cols.push_back(static_cast<std::size_t>(j));
+    for (const auto& [name, spec] : output_specs(c_)) {
+      if (name == "mean" || name == "rstd")
+        l.flat[name] = per_row;
+      else if (name == "dweight" || name == "dbias" || name == "dresidual_bias")
+        l.flat[name] = cols;
+      else if (c_.block == ref::Block::none || name == "y")
+        l.flat[name] = elems;
+    }
+    return l;
+  }
+
+  Predictions run(const Knobs& k, const Layout& l) const {
+    if (c_.block != ref::Block::none) return run_block(k, l);
+    const std::int64_t n = g_.cols;
+    const auto RS = static_cast<std::int64_t>(l.rows.size());
+    const std::size_t NS = static_cast<std::size_t>(RS * n);
+    // h of the selected rows (compact: ri * n + j); statistics over other dims need every h.
+    const bool groups = k.stat_dims.has_value();
+    std::vector<LD> h(groups ? x_->data.size() : NS), hout(r_ ? NS : 0);
+    const LD alpha = c_.alpha;
+    auto h_at = [&](std::int64_t row, std::int64_t j, LD* out_h) {
+      const std::size_t i = off(row, j);
+      const LD x = x_->data[i], res = r_ ? r_->data[i] : LD(0), rb = rb_ ? rb_->data[j] : LD(0);
+      LD hv = 0;
+      switch (k.res) {
+        case ResMode::normal: hv = alpha * x + res + rb; break;
+        case ResMode::not_added:
+        case ResMode::after_norm: hv = alpha * x + rb; break;
+        case ResMode::alpha_on_residual: hv = x + alpha * res + rb; break;
+      }
+      if (k.pts.h) hv = rnd(hv, *k.pts.h);
+      if (k.h_round_x) hv = rnd(hv, c_.dtype_x);
+      if (out_h) {
+        LD ho = hv;
+        if (k.res == ResMode::after_norm) ho = alpha * x + res + rb;
+        if (k.res_out == ResOut::missing_bias) ho = alpha * x + res;
+        if (k.res == ResMode::after_norm || k.res_out == ResOut::missing_bias) {
+          if (k.pts.h) ho = rnd(ho, *k.pts.h);
+          if (k.h_round_x) ho = rnd(ho, c_.dtype_x);
+        }
+        *out_h = ho;
+      }
+      return hv;
+    };
+    if (groups) {
+      for (std::int64_t row = 0; row < g_.rows; ++row)
+        for (std::int64_t j = 0; j < n; ++j) h[off(row, j)] = h_at(row, j, nullptr);
+    }
+    for (std::int64_t ri = 0; ri < RS; ++ri)
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::size_t ci = static_cast<std::size_t>(ri * n + j);
+        const LD hv = h_at(l.rows[ri], j, r_ ? &hout[ci] : nullptr);
+        if (!groups) h[ci] = hv;
+      }
+    auto h_of = [&](std::int64_t ri, std::int64_t j) {
+      return groups ? h[off(l.rows[ri], j)] : h[static_cast<std::size_t>(ri * n + j)];
+    };
+
+    // Statistics: per selected row, or per group of another set of dims (all groups).
+    std::vector<std::int64_t> group_of;
+    std::vector<RowStat> st;
+    if (groups) {
+      ref::Case lc;
+      lc.axes = *k.stat_dims;
+      lc.inputs["x"] = ref::Tensor{x_->dtype, x_->shape, {}};
+      const auto gs = ref::geometry_of(lc);
+      group_of.assign(x_->data.size(), 0);
+      std::vector<LD> buf(static_cast<std::size_t>(gs.cols));
+      for (std::int64_t gr = 0; gr < gs.rows; ++gr) {
+        for (std::int64_t j = 0; j < gs.cols; ++j) {
+          const auto i = static_cast<std::size_t>(gs.row_base[gr] + gs.col_delta[j]);
+          group_of[i] = gr;
+          buf[j] = h[i];
+        }
+        st.push_back(row_stats(buf.data(), gs.cols, k, c_.dtype_compute));
+      }
+    } else {
+      st.reserve(static_cast<std::size_t>(RS));
+      for (std::int64_t ri = 0; ri < RS; ++ri)
+        st.push_back(row_stats(&h[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
+    }
+    auto stat_of = [&](std::int64_t ri, std::int64_t j) -> const RowStat& {
+      return groups ? st[group_of[off(l.rows[ri], j)]] : st[ri];
+    };
+    auto param = [&](const ref::Tensor* t, std::int64_t row, std::int64_t j) -> LD {
+      if (!t) return 0;
+      if (k.weight_flat_index) return t->data[off(row, j) % static_cast<std::size_t>(n)];
+      return t->data[j];
+    };
+    auto dead = [&](std::int64_t row) { return k.rows_limit >= 0 && row >= k.rows_limit; };
+
+    Predictions p;
+    const bool ln = c_.op == ref::Op::layernorm;
+    if (c_.direction == ref::Direction::forward) {
+      auto& y = p["y"];
+      y.assign(NS, 0.0);
+      std::vector<double>* rout = nullptr;
+      if (r_) {
+        rout = &p["residual_out"];
+        rout->assign(NS, 0.0);
+      }
+      for (std::int64_t ri = 0; ri < RS; ++ri) {
+        const std::int64_t row = l.rows[ri];
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::size_t ci = static_cast<std::size_t>(ri * n + j);
+          if (dead(row)) {
+            y[ci] = k.unwritten;
+            if (rout) (*rout)[ci] = k.unwritten;
+            continue;
+          }
+          const RowStat& s = stat_of(ri, j);
+          const LD hv = h_of(ri, j);
+          LD xh = (k.centre ? hv - s.mean : hv) * s.rstd;
+          if (k.pts.xhat) xh = rnd(xh, *k.pts.xhat);
+          LD v = xh;
+          if (w_) {
+            LD wv = param(w_, row, j), bv = b_ && !k.bias_missing ? param(b_, row, j) : LD(0);
+            if (k.weight == WeightMode::swapped) std::swap(wv, bv);
+            LD scale = k.weight == WeightMode::missing ? LD(1) : k.offset + wv;
+            if (k.pts.scale && k.weight != WeightMode::missing) scale = rnd(scale, *k.pts.scale);
+            if (k.weight == WeightMode::bias_first) {
+              v = (xh + bv) * scale;
+              if (k.pts.mul) v = rnd(v, *k.pts.mul);
+            } else {
+              v = xh * scale;
+              if (k.pts.mul) v = rnd(v, *k.pts.mul);
+              v += bv;
+            }
+          }
+          if (k.res == ResMode::after_norm) v += r_->data[off(row, j)];
+          y[ci] = static_cast<double>(v);
+          if (rout) {
+            const LD o = k.res_out == ResOut::holds_y ? v : k.res_out == ResOut::holds_xhat ? xh : hout[ci];
+            (*rout)[ci] = static_cast<double>(o);
+          }
+        }
+      }
+      auto& rs = p["rstd"];
+      std::vector<double>* mean = ln ? &p["mean"] : nullptr;
+      rs.assign(static_cast<std::size_t>(RS), 0.0);
+      if (mean) mean->assign(static_cast<std::size_t>(RS), 0.0);
+      for (std::int64_t ri = 0; ri < RS; ++ri) {
+        if (dead(l.rows[ri])) {
+          rs[ri] = k.unwritten;
+          if (mean) (*mean)[ri] = k.unwritten;
+          continue;
+        }
+        const RowStat& s = stat_of(ri, 0);
+        const LD out = k.rstd_out == RstdOut::rstd      ? (k.rstd_out_unrounded ? s.rstd_unrounded : s.rstd)
+                       : k.rstd_out == RstdOut::std_dev ? LD(1) / s.rstd
+                                                        : s.var;
+        rs[ri] = static_cast<double>(out);
+        if (mean) (*mean)[ri] = static_cast<double>(s.mean);
+      }
+      return p;
+    }
+
+    // Backward (every row): dh = rstd (g - mean(g) - xhat mean(g xhat)), g = dy scale; column sums.
+    auto& dx = p["dx"];
+    dx.assign(NS, 0.0);
+    std::vector<double>* dres = r_ ? &p["dresidual"] : nullptr;
+    if (dres) dres->assign(NS, 0.0);
+    std::vector<LD> dw(n, 0), db(n, 0), drb(n, 0);
+    std::vector<LD> dw_a(n, 0), db_a(n, 0), drb_a(n, 0);  // sums of |terms|: bf16_interval's bound
+    auto accumulate = [&](std::vector<LD>& acc, std::vector<LD>& abs_sum, std::int64_t j, LD term) {
+      acc[j] += term;
+      abs_sum[j] += std::fabs(term);
+    };
+    std::vector<LD> g(n), xh(n);
+    for (std::int64_t ri = 0; ri < RS; ++ri) {
+      const std::int64_t row = l.rows[ri];
+      if (dead(row)) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          dx[static_cast<std::size_t>(ri * n + j)] = k.unwritten;
+          if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = k.unwritten;
+        }
+        continue;
+      }
+      LD gsum = 0, gx = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const RowStat& s = stat_of(ri, j);
+        const LD dyv = dy_->data[off(row, j)];
+        const LD hv = h_of(ri, j);
+        xh[j] = (k.centre ? hv - s.mean : hv) * s.rstd;
+        LD scale = 1;
+        if (w_ && k.weight != WeightMode::missing)
+          scale = k.offset + (k.weight == WeightMode::swapped && b_ ? param(b_, row, j) : param(w_, row, j));
+        g[j] = dyv * scale;
+        gsum += g[j];
+        gx += g[j] * xh[j];
+        if (w_) accumulate(dw, dw_a, j, dyv * xh[j]);
+        if (b_) accumulate(db, db_a, j, dyv);
+      }
+      const LD gbar = gsum / static_cast<LD>(n), m2 = gx / static_cast<LD>(n);
+      for (std::int64_t j = 0; j < n; ++j) {
+        LD K = g[j];
+        if (k.centre && k.dx != DxMode::no_mean) K -= gbar;
+        if (k.dx != DxMode::no_projection) K -= xh[j] * m2;
+        const LD dh = stat_of(ri, j).rstd * K;
+        dx[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(alpha * dh);
+        if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(dh);
+        if (rb_) accumulate(drb, drb_a, j, dh);
+      }
+    }
+    auto emit = [&](const char* name, const std::vector<LD>& acc, const std::vector<LD>& abs_sum) {
+      auto& o = p[name];
+      o.assign(static_cast<std::size_t>(n), 0.0);
+      const auto zc = k.zero_cols.find(name);
+      for (std::int64_t j = 0; j < n; ++j) {
+        double v = static_cast<double>(acc[j]);
+        if (zc != k.zero_cols.end() && zc->second[j]) v = 0;
+        o[j] = v;
+      }
+      if (k.colsum == ColSum::bf16_interval) {
+        // Any order of R additions in bfloat16: |error| <= gamma(R) sum |terms| (Higham 4.2),
+        // plus the rounding of each term to bfloat16.
+        const LD u = ref::unit_roundoff(DType::bfloat16), R = static_cast<LD>(RS) + 1;
+        auto& sl = p.slack[name];
+        sl.resize(static_cast<std::size_t>(n));
+        for (std::int64_t j = 0; j < n; ++j)
+          sl[j] = static_cast<double>(R * u / (1 - R * u) * abs_sum[j] * (1 + u));
+        p.grid[name] = DType::bfloat16;
+      }
+    };
+    if (!l.all_rows) {
+      // Column sums need every row: on a sample they are predicted only for dialects that change
+      // nothing but the reduction (from the spec's full sums), and left out otherwise (the
+      // sample score is then over dx alone, still a lower bound of the full score).
+      if (!cols_ || !reduction_only(k)) return p;
+      dw = cols_->dw, db = cols_->db, drb = cols_->drb;
+      dw_a = cols_->dw_a, db_a = cols_->db_a, drb_a = cols_->drb_a;
+    }
+    if (w_) emit("dweight", dw, dw_a);
+    if (b_) emit("dbias", db, db_a);
+    if (rb_) emit("dresidual_bias", drb, drb_a);
+    if (l.all_rows && !cols_ && reduction_only(k)) cols_ = Columns{dw, db, drb, dw_a, db_a, drb_a};
+    return p;
+  }
+
+  // Computes the spec's column sums on every row (for dialects evaluated on a sample of rows).
+  void prime_columns(const Knobs& spec, const Layout& all) {
+    spec_ = spec;
+    (void)run(spec, all);
+  }
+
+  std::size_t off(std::int64_t row, std::int64_t j) const {
+    return static_cast<std::size_t>(g_.row_base[row] + g_.col_delta[j]);
+  }
+
+ private:
+  struct Columns {
+    std::vector<LD> dw, db, drb, dw_a, db_a, drb_a;
+  };
+  mutable std::optional<Columns> cols_;
+  std::optional<Knobs> spec_;
+
+  // Whether k differs from the spec at most in how column sums are reduced.
+  bool reduction_only(const Knobs& k) const { return spec_ && same_statistics(k, *spec_); }
+
+ public:
+  // Whether a and b give the same values for every output of this case (then a dialect need not
+  // be evaluated): the knobs that the case's direction and kind read are equal.
+  bool same_semantics(const Knobs& a, const Knobs& b) const {
+    if (!same_statistics(a, b)) return false;
+    if (c_.direction == ref::Direction::backward) return a.colsum == b.colsum && a.zero_cols == b.zero_cols;
+    return a.pts.xhat == b.pts.xhat && a.pts.scale == b.pts.scale && a.pts.mul == b.pts.mul &&
+           a.res_out == b.res_out && a.rstd_out == b.rstd_out &&
+           a.rstd_out_unrounded == b.rstd_out_unrounded && a.unwritten == b.unwritten;
+  }
+
+ private:
+  static bool same_statistics(const Knobs& k, const Knobs& s) {
+    return k.centre == s.centre && k.eps == s.eps && k.eps_place == s.eps_place && k.unbiased == s.unbiased &&
+           k.pad_lanes == s.pad_lanes && k.arith == s.arith && k.arith_dtype == s.arith_dtype &&
+           k.stat_dims == s.stat_dims && k.rstd_round == s.rstd_round && k.weight == s.weight &&
+           k.bias_missing == s.bias_missing && k.offset == s.offset &&
+           k.weight_flat_index == s.weight_flat_index && k.pts.h == s.pts.h && k.res == s.res &&
+           k.h_round_x == s.h_round_x && k.dx == s.dx && k.rows_limit == s.rows_limit && k.block == s.block;
+  }
+
+  // Residual blocks, forward (reference/README.md, "Residual blocks"): L layers over rows of D,
+  // FFN F(v) = W2 act(W1 v + b1) + b2, each layer's output but the last rounded to dtype_x.
+  Predictions run_block(const Knobs& k, const Layout& lay) const {
+    Predictions p;
+    if (c_.direction != ref::Direction::forward) return p;
+    const std::int64_t D = g_.cols, L = c_.layers;
+    const std::int64_t KN = c_.block == ref::Block::sandwich ? 2 : 1;
+    const auto* w1 = input(c_, "ffn_w1");
+    const auto* b1 = input(c_, "ffn_b1");
+    const auto* w2 = input(c_, "ffn_w2");
+    const auto* b2 = input(c_, "ffn_b2");
+    const std::int64_t F = b1->shape.back();
+    const bool gelu = c_.activation == ref::Activation::gelu;
+    auto norm = [&](const std::vector<LD>& v, std::int64_t l, std::int64_t kk, bool affine) {
+      const RowStat s = row_stats(v.data(), D, k, c_.dtype_compute);
+      std::vector<LD> out(D);
+      for (std::int64_t j = 0; j < D; ++j) {
+        LD o = (k.centre ? v[j] - s.mean : v[j]) * s.rstd;
+        const auto pi = static_cast<std::size_t>((l * KN + kk) * D + j);
+        if (affine && w_) o *= k.offset + static_cast<LD>(w_->data[pi]);
+        if (affine && b_) o += b_->data[pi];
+        out[j] = o;
+      }
+      return out;
+    };
+    auto ffn = [&](const std::vector<LD>& v, std::int64_t l) {
+      std::vector<LD> a(F), out(D);
+      for (std::int64_t f = 0; f < F; ++f) {
+        LD t = b1->data[l * F + f];
+        for (std::int64_t j = 0; j < D; ++j) t += static_cast<LD>(w1->data[(l * F + f) * D + j]) * v[j];
+        a[f] = gelu ? t / 2 * (1 + std::erf(t / std::sqrt(LD(2)))) : (t > 0 ? t : 0);
+      }
+      for (std::int64_t j = 0; j < D; ++j) {
+        LD t = b2->data[l * D + j];
+        for (std::int64_t f = 0; f < F; ++f) t += static_cast<LD>(w2->data[(l * D + j) * F + f]) * a[f];
+        out[j] = t;
+      }
+      return out;
+    };
+    auto& y = p["y"];
+    y.assign(lay.rows.size() * static_cast<std::size_t>(D), 0.0);
+    const LD alpha = c_.alpha;
+    std::vector<LD> u(D), t(D);
+    for (std::size_t ri = 0; ri < lay.rows.size(); ++ri) {
+      const std::int64_t row = lay.rows[ri];
+      for (std::int64_t j = 0; j < D; ++j) u[j] = x_->data[off(row, j)];
+      for (std::int64_t l = 0; l < L; ++l) {
+        switch (c_.block) {
+          case ref::Block::post: {
+            const auto f = ffn(u, l);
+            for (std::int64_t j = 0; j < D; ++j) t[j] = u[j] + f[j];
+            u = norm(t, l, 0, true);
+            break;
+          }
+          case ref::Block::pre: {
+            const auto nrm = norm(u, l, 0, true);
+            const auto f = ffn(nrm, l);
+            for (std::int64_t j = 0; j < D; ++j)
+              u[j] = (k.block == BlockMode::pre_residual_after_norm ? nrm[j] : u[j]) + f[j];
+            break;
+          }
+          case ref::Block::sandwich: {
+            const auto f = norm(ffn(norm(u, l, 0, true), l), l, 1, true);
+            for (std::int64_t j = 0; j < D; ++j) u[j] += f[j];
+            break;
+          }
+          case ref::Block::deepnorm: {
+            const auto f = ffn(u, l);
+            for (std::int64_t j = 0; j < D; ++j)
+              t[j] = k.block == BlockMode::deepnorm_alpha_on_f ? u[j] + alpha * f[j] : alpha * u[j] + f[j];
+            u = norm(t, l, 0, true);
+            break;
+          }
+          case ref::Block::none: break;
+        }
+        if (l + 1 < L)
+          for (auto& v : u) v = rnd(v, c_.dtype_x);
+      }
+      if (k.block == BlockMode::post_double_norm) u = norm(u, 0, 0, false);
+      for (std::int64_t j = 0; j < D; ++j)
+        y[ri * static_cast<std::size_t>(D) + j] = static_cast<double>(u[j]);
+    }
+    return p;
+  }
+
+  const ref::Case& c_;
+  ref::Geometry g_;
+  const ref::Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *r_ = nullptr, *rb_ = nullptr,
+                    *dy_ = nullptr;
+};
+
+// ---- scoring ---------------------------------------------------------------------------------
+
+// Predictions closer than this many allowances everywhere cannot be told apart by the outputs.
+constexpr double kSameWithin = 0.5;
+
+struct Score {
+  double score = 0;
+  std::int64_t beyond = 0;  // elements beyond their allowance (ranks dialects of equal score)
+  bool distinct = false;    // some element tells the dialect from the spec (see distinguishable)
+  std::string worst_output;
+  std::int64_t worst_index = -1;
+};
+
+// The prediction for element i: the certified value where the dialect agrees with the engine's
+// spec, the certified value plus the fault's effect where both are finite, the dialect's own
+// value otherwise.
+double predicted(double dialect, double spec, double exact, bool wide) {
+  if (std::bit_cast<std::uint64_t>(dialect) == std::bit_cast<std::uint64_t>(spec) ||
+      (std::isnan(dialect) && std::isnan(spec)))
+    return exact;
+  if (std::isfinite(dialect) && std::isfinite(spec) && std::isfinite(exact)) {
+    // Summed in binary64 the prediction errs by half a binary64 ulp, far below the allowance of
+    // any narrower output; float64 outputs (`wide`) take the long double sum.
+    if (!wide) return exact + (dialect - spec);
+    return static_cast<double>(static_cast<Wide>(exact) +
+                               (static_cast<Wide>(dialect) - static_cast<Wide>(spec)));
+  }
+  return dialect;
+}
+
+bool scorable(const ref::Output& exp, const Outputs& got, const std::string& name,
+              const std::map<std::string, OutputAllowance>& allow) {
+  const auto it = got.find(name);
+  const auto at = allow.find(name);
+  return it != got.end() && at != allow.end() && it->second.shape == exp.value.shape &&
+         it->second.dtype == exp.value.dtype && it->second.data.size() == exp.value.data.size() &&
+         at->second.abs.size() == exp.value.data.size();
+}
+
+// The error the checker measures; `expected` (the prediction rounded to the output dtype) only
+// matters to element_error where it is NaN or infinite, so finite in-range predictions skip the
+// rounding.
+double error_against(double got, double p, DType t) {
+  if (std::isfinite(got) && std::isfinite(p)) return std::fabs(got - p);  // element_error then is this
+  const double expected = std::isfinite(p) && std::fabs(p) <= ref::max_finite(t) ? p : ref::round_to(p, t);
+  return element_error(got, p, expected, t);
+}
+
+// The checker's allowance of element i (NaN: mistrusted), one ulp more where the reference's
+// rounding is undecided.
+double a_abs(const OutputAllowance& a, const ref::Output& exp, std::size_t i, DType t) {
+  double allowance = a.abs[i];
+  if (!std::isnan(allowance) && !exp.certified[i]) allowance += ulp_of(exp.f64[i], t);
+  return allowance;
+}
+
+// Largest error / allowance of a dialect's predictions over the elements of `lay` (dialect ==
+// nullptr: the certified values over every element).
+Score score_of(const fix::FixtureCase& fc, const Outputs& got,
+               const std::map<std::string, OutputAllowance>& allow, const Layout* lay,
+               const Predictions* dialect, const Predictions* spec) {
+  Score s;
+  double worst = -1;
+  auto see = [&](double ratio, const std::string& name, std::size_t i) {
+    if (ratio > 1) ++s.beyond;
+    if (ratio > worst) {
+      worst = ratio;
+      s.score = ratio;
+      s.worst_output = name;
+      s.worst_index = static_cast<std::int64_t>(i);
+    }
+  };
+  for (const auto& [name, exp] : fc.expected) {
+    if (!scorable(exp, got, name, allow)) continue;
+    const auto& gv = got.at(name).data;
+    const auto& a = allow.at(name);
+    const DType t = exp.value.dtype;
+    auto ratio_at = [&](std::size_t i, double p) {
+      const double allowance = a_abs(a, exp, i, t);
+      if (std::isnan(allowance)) return -1.0;
+      const double g = gv[i];
+      const double err = std::isnan(g) && a.nan_ok[i] ? 0.0 : error_against(g, p, t);
+      return err == 0 ? 0.0 : (allowance > 0 ? err / allowance : kInf);
+    };
+    if (!dialect) {
+      for (std::size_t i = 0; i < gv.size(); ++i) see(ratio_at(i, exp.f64[i]), name, i);
+      continue;
+    }
+    const auto fi = lay->flat.find(name);
+    const auto di = dialect->find(name), si = spec->find(name);
+    if (fi == lay->flat.end() || di == dialect->end() || si == spec->end()) continue;
+    const auto& flat = fi->second;
+    const auto sl = dialect->slack.find(name);
+    const auto gr = dialect->grid.find(name);
+    if (gr != dialect->grid.end()) s.distinct = true;  // an interval prediction
+    for (std::size_t ci = 0; ci < flat.size(); ++ci) {
+      const std::size_t i = flat[ci];
+      const double p = predicted(di->second[ci], si->second[ci], exp.f64[i], t == DType::float64);
+      if (!s.distinct && !(std::fabs(p - exp.f64[i]) <= kSameWithin * a.abs[i]) && !std::isnan(a.abs[i])) {
+        const double rp = ref::round_to(p, t), re = ref::round_to(exp.f64[i], t);
+        s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
+      }
+      if (sl != dialect->slack.end() && gr != dialect->grid.end() && std::isfinite(gv[i])) {
+        // An interval prediction: the values of the grid within the slack of p. The error is
+        // the distance from got to that set: at least its distance to the grid.
+        const double al = a_abs(a, exp, i, t);
+        if (std::isnan(al)) continue;
+        const double off_grid = std::fabs(gv[i] - ref::round_to(gv[i], gr->second));
+        const double err = std::max({0.0, std::fabs(gv[i] - p) - sl->second[ci], off_grid});
+        see(err == 0 ? 0.0 : (al > 0 ? err / al : kInf), name, i);
+        continue;
+      }
+      see(ratio_at(i, p), name, i);
+    }
+  }
+  return s;
+}
+
+// Largest error / allowance of the certified values per row (per-element and per-row outputs):
+// the rows where the candidate departs most from the spec, where faults show.
+std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& got,
+                                    const std::map<std::string, OutputAllowance>& allow,
+                                    const ref::Geometry& g, const Layout& all) {
+  std::vector<double> r(static_cast<std::size_t>(g.rows), 0.0);
+  for (const auto& [name, exp] : fc.expected) {
+    if (!scorable(exp, got, name, allow)) continue;
+    const auto fi = all.flat.find(name);
+    if (fi == all.flat.end()) continue;
+    const auto& flat = fi->second;
+    const bool per_row = flat.size() == r.size() && (name == "mean" || name == "rstd");
+    const std::size_t cols = per_row ? 1 : static_cast<std::size_t>(g.cols);
+    if (!per_row && flat.size() != r.size() * cols) continue;
+    const auto& gv = got.at(name).data;
+    const auto& a = allow.at(name);
+    for (std::size_t ci = 0; ci < flat.size(); ++ci) {
+      const std::size_t i = flat[ci];
+      const double al = a_abs(a, exp, i, exp.value.dtype);
+      if (std::isnan(al)) continue;
+      const double g0 = gv[i];
+      const double err = std::isnan(g0) && a.nan_ok[i] ? 0.0 : error_against(g0, exp.f64[i], exp.value.dtype);
+      const double ratio = err == 0 ? 0.0 : (al > 0 ? err / al : kInf);
+      double& row = r[ci / cols];
+      row = std::max(row, ratio);
+    }
+  }
+  return r;
+}
+
+// Whether some element of `lay` tells predictions a and b apart (b == nullptr: the certified
+// values): they differ by more than kSameWithin allowance and round to different values of the output's
+// dtype. A fault whose values round like the spec's (a rounding point to the output dtype just
+// before the output's own rounding) cannot be seen in the outputs.
+bool distinguishable(const fix::FixtureCase& fc, const Outputs& got,
+                     const std::map<std::string, OutputAllowance>& allow, const Layout& lay,
+                     const Predictions* a, const Predictions* b, const Predictions& spec) {
+  if (a->grid != (b ? b->grid : spec.grid)) return true;  // an interval prediction
+  for (const auto& [name, exp] : fc.expected) {
+    if (!scorable(exp, got, name, allow)) continue;
+    const auto fi = lay.flat.find(name);
+    const auto si = spec.find(name);
+    const auto ai = a->find(name);
+    if (fi == lay.flat.end() || si == spec.end() || ai == a->end()) continue;
+    const std::vector<double>* bv = nullptr;
+    if (b) {
+      const auto bi = b->find(name);
+      if (bi == b->end()) continue;
+      bv = &bi->second;
+    }
+    const auto& al = allow.at(name);
+    const DType t = exp.value.dtype;
+    const auto& flat = fi->second;
+    for (std::size_t ci = 0; ci < flat.size(); ++ci) {
+      const std::size_t i = flat[ci];
+      if (std::isnan(al.abs[i])) continue;
+      const double exact = exp.f64[i];
+      const double pa = predicted(ai->second[ci], si->second[ci], exact, t == DType::float64);
+      const double pb = bv ? predicted((*bv)[ci], si->second[ci], exact, t == DType::float64) : exact;
+      if (std::fabs(pa - pb) <= kSameWithin * al.abs[i]) continue;
+      const double ra = ref::round_to(pa, t), rb = ref::round_to(pb, t);
+      if (ra == rb || (std::isnan(ra) && std::isnan(rb))) continue;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::uint64_t hash_of(const Predictions& p) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto* m : {&p.values, &p.slack})
+    for (const auto& [name, v] : *m) {
+      for (char ch : name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+      for (double d : v) {
+        const std::uint64_t b = std::isnan(d) ? 0x7ff8000000000000ull : std::bit_cast<std::uint64_t>(d);
+        h = (h ^ b) * 1099511628211ull;
+      }
+    }
+  return h;
+}
+
+// ---- the panel -------------------------------------------------------------------------------
+
+// What a dialect builder sees.
+struct Ctx {
+  const fix::FixtureCase& fc;
+  const ref::Case& c;
+  const Outputs& got;
+  const Knobs& spec;
+  const ref::Geometry& g;
+  const std::vector<std::int64_t>& rows;  // the rows a fit looks at (all, or the sample)
+};
+
+// A dialect may come in variants (fitted parameter values): each gives knobs and parameters.
+struct Variant {
+  Knobs k;
+  std::map<std::string, double> parameters;
+};
+
+struct Dialect {
+  DialectInfo info;
+  std::function<std::vector<Variant>(const Ctx&)> variants;
+};
+
+std::vector<Variant> one(Knobs k) { return {Variant{std::move(k), {}}}; }
+
+bool has_output(const Ctx& x, const char* name) { return x.fc.expected.count(name) > 0; }
+
+// Epsilon implied by the candidate's outputs: per row 1/rstd^2 - var, with rstd from the rstd
+// output or fitted to y by least squares (y - bias)/scale = rstd (h - mean). The row where eps
+// weighs most against the variance decides; the fit and its 1- and 2-digit roundings are tried.
+std::vector<double> fit_epsilon(const Ctx& x) {
+  if (x.c.direction != ref::Direction::forward || x.c.block != ref::Block::none) return {};
+  const auto& g = x.g;
+  const std::int64_t n = g.cols;
+  const bool centre = x.c.op == ref::Op::layernorm;
+  const auto* w = x.c.affine != ref::Affine::none ? input(x.c, "weight") : nullptr;
+  const auto* b = x.c.affine == ref::Affine::weight_bias ? input(x.c, "bias") : nullptr;
+  const auto* r = x.c.residual != ref::Residual::none ? input(x.c, "residual") : nullptr;
+  const auto* rb = x.c.residual == ref::Residual::add_bias ? input(x.c, "residual_bias") : nullptr;
+  const auto* xin = input(x.c, "x");
+  const auto ry = x.got.find("y");
+  const auto rr = x.got.find("rstd");
+  const bool have_y = ry != x.got.end() && ry->second.data.size() == xin->data.size();
+  const bool have_r = rr != x.got.end() && rr->second.data.size() == static_cast<std::size_t>(g.rows);
+  std::vector<double> out;
+  for (int source = 0; source < 2; ++source) {
+    if ((source == 0 && !have_r) || (source == 1 && !have_y)) continue;
+    double best_eps = kNaN, best_weight = -1;
+    std::vector<Wide> h(n);
+    for (std::int64_t row : x.rows) {
+      Wide mean = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const auto i = static_cast<std::size_t>(g.row_base[row] + g.col_delta[j]);
+        h[j] =
+            static_cast<Wide>(x.c.alpha) * xin->data[i] + (r ? r->data[i] : 0.0) + (rb ? rb->data[j] : 0.0);
+        mean += h[j];
+      }
+      mean = centre ? mean / n : 0;
+      Wide var = 0;
+      for (std::int64_t j = 0; j < n; ++j) var += (h[j] - mean) * (h[j] - mean);
+      var /= n;
+      Wide rstd;
+      if (source == 0) {
+        rstd = rr->second.data[row];
+      } else {
+        Wide num = 0, den = 0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const auto i = static_cast<std::size_t>(g.row_base[row] + g.col_delta[j]);
+          const Wide scale = w ? x.c.weight_offset + w->data[j] : 1.0L;
+          if (scale == 0) continue;
+          const Wide t = (ry->second.data[i] - (b ? b->data[j] : 0.0)) / scale;
+          num += t * (h[j] - mean);
+          den += (h[j] - mean) * (h[j] - mean);
+        }
+        if (den == 0) continue;
+        rstd = num / den;
+      }
+      if (!std::isfinite(static_cast<double>(rstd)) || rstd <= 0) continue;
+      const Wide eps = 1.0L / (rstd * rstd) - var;
+      // How much eps weighs in q = var + eps: rows where it dominates decide.
+      const Wide weight = eps / (var + std::fabs(eps));
+      if (std::isfinite(static_cast<double>(eps)) && weight > best_weight) {
+        best_weight = static_cast<double>(weight);
+        best_eps = static_cast<double>(eps);
+      }
+    }
+    if (!(best_eps > 0)) continue;
+    out.push_back(best_eps);
+    for (int digits : {1, 2}) {
+      const double unit = std::pow(10.0, std::floor(std::log10(best_eps)) - (digits - 1));
+      out.push_back(std::round(best_eps / unit) * unit);
+    }
+  }
+  std::vector<double> uniq;
+  for (double e : out)
+    if (e != x.c.epsilon && std::fabs(e - x.c.epsilon) > 1e-3 * x.c.epsilon &&
+        std::find(uniq.begin(), uniq.end(), e) == uniq.end())
+      uniq.push_back(e);
+  return uniq;
+}
+
+// Rows from K on that the candidate left unwritten (all 0, or all NaN): K and the value.
+std::optional<std::pair<std::int64_t, double>> unwritten_rows(const Ctx& x) {
+  const char* name = x.c.direction == ref::Direction::forward ? "y" : "dx";
+  const auto it = x.got.find(name);
+  if (it == x.got.end() || it->second.data.size() != input(x.c, "x")->data.size()) return std::nullopt;
+  const auto& v = it->second.data;
+  std::int64_t k = x.g.rows;
+  std::optional<bool> nan_fill;
+  for (std::int64_t row = x.g.rows; row-- > 0;) {
+    bool zero = true, nan = true;
+    for (std::int64_t j = 0; j < x.g.cols; ++j) {
+      const double e = v[static_cast<std::size_t>(x.g.row_base[row] + x.g.col_delta[j])];
+      zero &= e == 0;
+      nan &= std::isnan(e);
+    }
+    if (!zero && !nan) break;
+    if (nan_fill && *nan_fill != nan) break;
+    nan_fill = nan;
+    k = row;
+  }
+  if (k == x.g.rows || k == 0) return std::nullopt;
+  return std::make_pair(k, *nan_fill ? kNaN : 0.0);
+}
+
+const std::vector<Dialect>& panel() {
+  using K = Knobs;
+  static const std::vector<Dialect> table = [] {
+    std::vector<Dialect> v;
+    auto add = [&](const char* name, const char* cls, const char* title,
+                   std::function<std::vector<Variant>(const Ctx&)> f) {
+      v.push_back(Dialect{{name, cls, title}, std::move(f)});
+    };
+    // A. Epsilon
+    add("eps_outside_sqrt", "A", "eps added outside the sqrt: 1/(sigma + eps)", [](const Ctx& x) {
+      K k = x.spec;
+      k.eps_place = EpsPlace::outside_sqrt;
+      return one(k);
+    });
+    add("eps_missing", "A", "eps left out (0)", [](const Ctx& x) -> std::vector<Variant> {
+      if (x.c.epsilon == 0) return {};
+      K k = x.spec;
+      k.eps = 0;
+      return one(k);
+    });
+    add("eps_in_count", "A", "eps added to the count: rsqrt(sum / (N + eps))", [](const Ctx& x) {
+      K k = x.spec;
+      k.eps_place = EpsPlace::in_count;
+      return one(k);
+    });
+    add("eps_fp16", "A", "eps rounded to float16 before use", [](const Ctx& x) -> std::vector<Variant> {
+      const double e = ref::round_to(x.c.epsilon, DType::float16);
+      if (e == x.c.epsilon || e == 0) return {};  // 0: that is eps_missing
+      K k = x.spec;
+      k.eps = e;
+      return {Variant{k, {{"epsilon", e}}}};
+    });
+    add("eps_other_value", "A", "another eps value than the case's (fitted from the outputs)",
+        [](const Ctx& x) {
+          std::vector<Variant> out;
+          std::vector<double> values = fit_epsilon(x);
+          if (values.empty())  // backward, or nothing to fit: the values models are configured with
+            for (double e : {1e-12, 1e-8, 1e-6, 1e-5, 1e-3})
+              if (e != x.c.epsilon) values.push_back(e);
+          for (double e : values) {
+            K k = x.spec;
+            k.eps = e;
+            out.push_back(Variant{k, {{"epsilon", e}}});
+          }
+          return out;
+        });
+    // B. Variance and reductions
+    add("unbiased_variance", "B", "unbiased variance: sum((h - mean)^2) / (N - 1)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!x.spec.centre) return {};
+          K k = x.spec;
+          k.unbiased = true;
+          return one(k);
+        });
+    add("eps_outside_sqrt_unbiased", "A", "eps outside the sqrt of the unbiased (N-1) variance: 1/(s + eps)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!x.spec.centre) return {};
+          K k = x.spec;
+          k.eps_place = EpsPlace::outside_sqrt;
+          k.unbiased = true;
+          return one(k);
+        });
+    for (auto [name, t, title] : {std::tuple{"one_pass_variance_fp32", DType::float32,
+                                             "one-pass variance E[h^2] - E[h]^2 in float32"},
+                                  std::tuple{"one_pass_variance_fp16", DType::float16,
+                                             "one-pass variance E[h^2] - E[h]^2 in float16"}}) {
+      add(name, "B", title, [t](const Ctx& x) -> std::vector<Variant> {
+        if (!x.spec.centre) return {};
+        K k = x.spec;
+        k.arith = StatArith::one_pass;
+        k.arith_dtype = t;
+        return one(k);
+      });
+    }
+    for (auto [name, t, title] :
+         {std::tuple{"low_precision_accumulation_fp16", DType::float16, "row sums accumulated in float16"},
+          std::tuple{"low_precision_accumulation_bf16", DType::bfloat16,
+                     "row sums accumulated in bfloat16"}}) {
+      add(name, "B", title, [t](const Ctx& x) {
+        K k = x.spec;
+        k.arith = StatArith::accumulate;
+        k.arith_dtype = t;
+        return one(k);
+      });
+    }
+    add("padding_lanes", "B",
+        "padding lanes counted: variance over the next power of two lanes, zeros loaded",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!x.spec.centre) return {};
+          K k = x.spec;
+          k.pad_lanes = true;
+          return {Variant{
+              k, {{"lanes", static_cast<double>(std::bit_ceil(static_cast<std::uint64_t>(x.g.cols)))}}}};
+        });
+    add("stats_merged_equal_weights", "B",
+        "parallel statistics merged wrongly: two half-row partials merged with equal weights",
+        [](const Ctx& x) {
+          K k = x.spec;
+          k.arith = StatArith::merge_halves;
+          return one(k);
+        });
+    add("rstd_holds_std", "B", "rstd output holds the standard deviation sqrt(var + eps)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!has_output(x, "rstd")) return {};
+          K k = x.spec;
+          k.rstd_out = RstdOut::std_dev;
+          return one(k);
+        });
+    add("rstd_holds_variance", "B", "rstd output holds the variance",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!has_output(x, "rstd")) return {};
+          K k = x.spec;
+          k.rstd_out = RstdOut::variance;
+          return one(k);
+        });
+    // C. Axis and shape
+    add("stats_all_but_batch", "C",
+        "statistics over every dim but the first (normalized_shape as 'all but batch')",
+        [](const Ctx& x) -> std::vector<Variant> {
+          const auto rank = static_cast<std::int64_t>(x.g.shape.size());
+          if (rank < 3) return {};
+          std::vector<std::int64_t> d;
+          for (std::int64_t i = 1; i < rank; ++i) d.push_back(i);
+          if (d == x.g.norm_dims) return {};
+          K k = x.spec;
+          k.stat_dims = d;
+          return one(k);
+        });
+    add("stats_last_dim_only", "C", "statistics over the last dim only (axis not honoured)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          const auto rank = static_cast<std::int64_t>(x.g.shape.size());
+          const std::vector<std::int64_t> d{rank - 1};
+          if (d == x.g.norm_dims) return {};
+          K k = x.spec;
+          k.stat_dims = d;
+          return one(k);
+        });
+    add("rms_centred", "C", "RMSNorm computed with mean centring (a LayerNorm)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.op != ref::Op::rmsnorm) return {};
+          K k = x.spec;
+          k.centre = true;
+          return one(k);
+        });
+    add("layernorm_uncentred", "C", "LayerNorm computed without mean centring (an RMSNorm)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.op != ref::Op::layernorm) return {};
+          K k = x.spec;
+          k.centre = false;
+          return one(k);
+        });
+    add("weight_not_broadcast", "C",
+        "weight/bias laid along x's memory order instead of broadcast over the normalized dims",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.affine == ref::Affine::none) return {};
+          K k = x.spec;
+          k.weight_flat_index = true;
+          return one(k);
+        });
+    // D. Mixed precision
+    add("contract_point_skipped", "D", "a rounding point of the contract skipped", [](const Ctx& x) {
+      std::vector<Variant> out;
+      for (int p = 0; p < 4; ++p) {
+        K k = x.spec;
+        std::optional<DType>* slot[] = {&k.pts.h, &k.pts.xhat, &k.pts.scale, &k.pts.mul};
+        if (!*slot[p]) continue;
+        *slot[p] = std::nullopt;
+        out.push_back(Variant{k, {{"point", static_cast<double>(p)}}});
+      }
+      return out;
+    });
+    add("other_contract", "D", "another precision contract (rounding points)", [](const Ctx& x) {
+      std::vector<Variant> out;
+      for (std::size_t ci = 0; ci < ref::builtin_contracts().size(); ++ci) {
+        ref::Case cc;
+        cc.contract = ref::builtin_contracts()[ci].name;
+        cc.dtype_x = x.c.dtype_x;
+        cc.dtype_param = x.c.dtype_param;
+        cc.dtype_out = x.c.dtype_out;
+        cc.dtype_compute = x.c.dtype_compute;
+        cc.dtype_residual = x.c.dtype_residual;
+        K k = x.spec;
+        k.pts = ref::resolve_points(cc);
+        out.push_back(Variant{k, {{"contract", static_cast<double>(ci)}}});
+      }
+      return out;
+    });
+    add("scale_rounded_to_param", "D", "offset + weight rounded to the weight dtype before the multiply",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.affine == ref::Affine::none) return {};
+          K k = x.spec;
+          k.pts.scale = x.c.dtype_param;
+          return one(k);
+        });
+    for (auto [name, t, title] :
+         {std::tuple{"rstd_rounded_bf16", DType::bfloat16, "rstd rounded to bfloat16 before the multiply"},
+          std::tuple{"rstd_rounded_fp16", DType::float16, "rstd rounded to float16 before the multiply"}}) {
+      add(name, "D", title, [t](const Ctx& x) {
+        // The rstd output may hold the rounded value or the one before it.
+        std::vector<Variant> out;
+        for (bool unrounded : {false, true}) {
+          K k = x.spec;
+          k.rstd_round = t;
+          k.rstd_out_unrounded = unrounded;
+          out.push_back(Variant{k, {}});
+        }
+        return out;
+      });
+    }
+    // E. Residual and placement
+    add("residual_not_added", "E", "residual not added before the norm",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.residual == ref::Residual::none) return {};
+          K k = x.spec;
+          k.res = ResMode::not_added;
+          return one(k);
+        });
+    add("residual_after_norm", "E", "residual added after the norm: y = Norm(x) + residual",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.residual == ref::Residual::none || x.c.direction != ref::Direction::forward) return {};
+          K k = x.spec;
+          k.res = ResMode::after_norm;
+          return one(k);
+        });
+    add("alpha_on_residual", "E", "alpha applied to the residual instead of x: h = x + alpha residual",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.residual == ref::Residual::none || x.c.alpha == 1) return {};
+          K k = x.spec;
+          k.res = ResMode::alpha_on_residual;
+          return one(k);
+        });
+    add("h_rounded_to_input_dtype", "E", "h = x + residual rounded to the input dtype before the statistics",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.residual == ref::Residual::none) return {};
+          K k = x.spec;
+          k.h_round_x = true;
+          return one(k);
+        });
+    add("residual_out_missing_bias", "E", "residual_out written without residual_bias",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.residual != ref::Residual::add_bias || !has_output(x, "residual_out")) return {};
+          K k = x.spec;
+          k.res_out = ResOut::missing_bias;
+          return one(k);
+        });
+    add("residual_out_holds_y", "E", "residual_out overwritten with the norm's output y",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!has_output(x, "residual_out")) return {};
+          K k = x.spec;
+          k.res_out = ResOut::holds_y;
+          return one(k);
+        });
+    add("residual_out_holds_xhat", "E", "residual_out overwritten with x-hat (normalized in place)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (!has_output(x, "residual_out")) return {};
+          K k = x.spec;
+          k.res_out = ResOut::holds_xhat;
+          return one(k);
+        });
+    // F. Parameters (checkpoint conventions)
+    add("weight_missing", "F", "weight not applied", [](const Ctx& x) -> std::vector<Variant> {
+      if (x.c.affine == ref::Affine::none) return {};
+      K k = x.spec;
+      k.weight = WeightMode::missing;
+      return one(k);
+    });
+    add("bias_missing", "F", "bias not added", [](const Ctx& x) -> std::vector<Variant> {
+      if (x.c.affine != ref::Affine::weight_bias) return {};
+      K k = x.spec;
+      k.bias_missing = true;
+      return one(k);
+    });
+    add("weight_bias_swapped", "F", "weight and bias swapped", [](const Ctx& x) -> std::vector<Variant> {
+      if (x.c.affine != ref::Affine::weight_bias) return {};
+      K k = x.spec;
+      k.weight = WeightMode::swapped;
+      return one(k);
+    });
+    add("bias_before_weight", "F", "bias added before the weight multiply: (x-hat + bias) * weight",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.affine != ref::Affine::weight_bias) return {};
+          K k = x.spec;
+          k.weight = WeightMode::bias_first;
+          return one(k);
+        });
+    add("offset_missing", "F", "weight offset (1 + w) left out", [](const Ctx& x) -> std::vector<Variant> {
+      if (x.c.affine == ref::Affine::none || x.c.weight_offset == 0) return {};
+      K k = x.spec;
+      k.offset = 0;
+      return one(k);
+    });
+    add("offset_doubled", "F", "weight offset applied twice (scale offset + offset + w)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.affine == ref::Affine::none || x.c.weight_offset == 0) return {};
+          K k = x.spec;
+          k.offset = 2 * x.c.weight_offset;
+          return one(k);
+        });
+    add("offset_spurious", "F", "a weight offset 1 + w applied to weights that hold the scale",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.affine == ref::Affine::none || x.c.weight_offset != 0) return {};
+          K k = x.spec;
+          k.offset = 1;
+          return one(k);
+        });
+    // E. Placement in residual blocks
+    add("block_pre_residual_after_norm", "E",
+        "Pre-LN residual taken after the norm: u' = Norm(u) + F(Norm(u))",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.block != ref::Block::pre) return {};
+          K k = x.spec;
+          k.block = BlockMode::pre_residual_after_norm;
+          return one(k);
+        });
+    add("block_deepnorm_alpha_on_f", "E", "DeepNorm alpha applied to the sublayer: Norm(u + alpha F(u))",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.block != ref::Block::deepnorm || x.c.alpha == 1) return {};
+          K k = x.spec;
+          k.block = BlockMode::deepnorm_alpha_on_f;
+          return one(k);
+        });
+    add("block_post_double_norm", "E", "Post-LN output normalized again by an extra (non-affine) norm",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.block != ref::Block::post) return {};
+          K k = x.spec;
+          k.block = BlockMode::post_double_norm;
+          return one(k);
+        });
+    // G. Backward and launch limits
+    add("rows_not_computed", "G", "rows from a limit on never computed (launch grid limit)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          const auto u = unwritten_rows(x);
+          if (!u) return {};
+          K k = x.spec;
+          k.rows_limit = u->first;
+          k.unwritten = u->second;
+          return {Variant{k, {{"first_row_not_computed", static_cast<double>(u->first)}}}};
+        });
+    add("dx_without_mean_term", "G", "dx without the mean(g) term", [](const Ctx& x) -> std::vector<Variant> {
+      if (x.c.direction != ref::Direction::backward || !x.spec.centre) return {};
+      K k = x.spec;
+      k.dx = DxMode::no_mean;
+      return one(k);
+    });
+    add("dx_without_projection_term", "G", "dx without the x-hat * mean(g x-hat) term",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.direction != ref::Direction::backward) return {};
+          K k = x.spec;
+          k.dx = DxMode::no_projection;
+          return one(k);
+        });
+    add("column_sums_bf16", "G", "dweight/dbias reduced in bfloat16",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.direction != ref::Direction::backward || x.c.affine == ref::Affine::none) return {};
+          K k = x.spec;
+          k.colsum = ColSum::bf16_interval;
+          return one(k);
+        });
+    add("column_sums_columns_dropped", "G", "dweight/dbias of some columns never reduced (left 0)",
+        [](const Ctx& x) -> std::vector<Variant> {
+          if (x.c.direction != ref::Direction::backward) return {};
+          K k = x.spec;
+          double dropped = 0;
+          for (const char* name : {"dweight", "dbias", "dresidual_bias"}) {
+            const auto e = x.fc.expected.find(name);
+            const auto gt = x.got.find(name);
+            if (e == x.fc.expected.end() || gt == x.got.end() ||
+                gt->second.data.size() != e->second.f64.size())
+              continue;
+            std::vector<std::uint8_t> mask(e->second.f64.size(), 0);
+            bool any = false;
+            for (std::size_t j = 0; j < mask.size(); ++j)
+              if (gt->second.data[j] == 0 && e->second.f64[j] != 0) {
+                mask[j] = 1;
+                any = true;
+                dropped += 1;
+              }
+            if (any) k.zero_cols[name] = std::move(mask);
+          }
+          if (k.zero_cols.empty()) return {};
+          return {Variant{k, {{"columns_dropped", dropped}}}};
+        });
+    return v;
+  }();
+  return table;
+}
+
+std::string contract_name(std::size_t i) { return ref::builtin_contracts()[i].name; }
+
+std::string point_name(int p) {
+  static const char* n[] = {"h", "xhat", "scale", "mul"};
+  return n[p];
+}
+
+std::string short_number(double v) {
+  if (std::isinf(v)) return "inf";
+  if (std::isnan(v)) return "nan";
+  return fmt::format("{:.3g}", v);
+}
+
+}  // namespace
+
+const std::vector<DialectInfo>& dialect_panel() {
+  static const std::vector<DialectInfo> v = [] {
+    std::vector<DialectInfo> out;
+    for (const auto& d : panel()) out.push_back(d.info);
+    return out;
+  }();
+  return v;
+}
+
+double spec_score(const fix::FixtureCase& fc, const Outputs& got,
+                  const std::map<std::string, OutputAllowance>& allow) {
+  return score_of(fc, got, allow, nullptr, nullptr, nullptr).score;
+}
+
+std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got, const DiagnoseOptions& opt) {
+  return diagnose(fc, got, derive_allowances(fc.c), opt);
+}
+
+namespace {
+
+// The panel with the engine computing in Real. double: the model's own rounding errors are
+// those of a correct binary64 kernel, within the allowance even of a float64 case, and mostly
+// cancel in the prediction (certified value + dialect - model's spec), where dialect and spec
+// share every operation but the fault's. (Measured on the ci tier, long double ranked no better
+// and took 1.2x the time.)
+template <class Real>
+std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& got,
+                                   const std::map<std::string, OutputAllowance>& allow,
+                                   const DiagnoseOptions& opt) {
+  const ref::Case& c = fc.c;
+  if (c.block != ref::Block::none && c.direction != ref::Direction::forward)
+    return {};  // the panel models blocks forward only (DIAGNOSIS.md)
+  std::optional<Engine<Real>> engine;
+  try {
+    engine.emplace(c);
+  } catch (const std::exception&) {
+    return {};
+  }
+  const Knobs spec = engine->spec();
+  const ref::Geometry& g = engine->geometry();
+  // Large forward cases are ranked on a sample of rows (the rows where the candidate departs
+  // most from the spec, and rows spread over the case); the best are then scored on every row.
+  const Layout all = engine->layout(nullptr);
+  Layout lay = all;
+  double s_spec = 0;
+  const std::size_t numel = input(c, "x")->data.size();
+  // The sample: the rows where the outputs depart most from the spec (at most sample_rows, and
+  // at most an eighth of the rows, at least one) and as many spread over the case when it has
+  // 16 rows or more.
+  const auto R = static_cast<std::size_t>(g.rows);
+  const std::size_t worst = std::min(opt.sample_rows, std::max<std::size_t>(1, R / 8));
+  const std::size_t spread = R >= 16 ? worst : 0;
+  // Backward: the column sums, where the reduction faults show, are predicted on a sample only
+  // for dialects that change nothing else, so a backward case is sampled only when it has many
+  // rows to save.
+  const bool sample_ok = c.direction == ref::Direction::forward || R >= 256;
+  if (numel > opt.sample_above && worst + spread < R && sample_ok) {
+    const auto ratios = spec_row_ratios(fc, got, allow, g, all);
+    if (c.direction == ref::Direction::forward) {
+      for (double r : ratios) s_spec = std::max(s_spec, r);  // every forward output is per row
+    } else {
+      s_spec = spec_score(fc, got, allow);  // column sums too
+      engine->prime_columns(spec, all);
+    }
+    std::vector<std::int64_t> order(R);
+    for (std::size_t r = 0; r < R; ++r) order[r] = static_cast<std::int64_t>(r);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(worst), order.end(),
+                      [&](std::int64_t x, std::int64_t y) { return ratios[x] > ratios[y]; });
+    std::vector<std::int64_t> rows(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(worst));
+    for (std::size_t i = 0; i < spread; ++i)
+      rows.push_back(static_cast<std::int64_t>(i * (R - 1) / std::max<std::size_t>(1, spread - 1)));
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    lay = engine->layout(&rows);
+  } else {
+    s_spec = spec_score(fc, got, allow);
+  }
+  const Ctx ctx{fc, c, got, spec, g, lay.rows};
+  const bool sampled = !lay.all_rows;
+  const Predictions spec_pred = engine->run(spec, lay);
+  const std::uint64_t spec_hash = hash_of(spec_pred);
+
+  struct Entry {
+    Diagnosis d;
+    Knobs k;
+    std::size_t panel_index = 0;
+    std::uint64_t hash = 0;
+    bool full = true;  // scored on every row (else a lower bound from the sample)
+    Score score;
+    std::optional<Predictions> pred;  // on `lay`, computed again where two entries must be compared
+  };
+  std::vector<Entry> all_entries;
+  const auto& dialects = panel();
+  for (std::size_t di = 0; di < dialects.size(); ++di) {
+    const auto& d = dialects[di];
+    std::vector<Variant> vars;
+    try {
+      vars = d.variants(ctx);
+    } catch (const std::exception&) {
+      continue;
+    }
+    std::optional<Entry> best;
+    for (const auto& var : vars) {
+      if (engine->same_semantics(var.k, spec)) continue;  // the spec itself on this case
+      Predictions p;
+      try {
+        p = engine->run(var.k, lay);
+      } catch (const std::exception&) {
+        continue;
+      }
+      const std::uint64_t h = hash_of(p);
+      if (h == spec_hash) continue;  // the spec itself on this case
+      // A dialect no output of this case can tell from the spec is not a diagnosis.
+      const Score sc = score_of(fc, got, allow, &lay, &p, &spec_pred);
+      if (!sc.distinct) continue;  // no output of this case can tell it from the spec
+      if (best && !(sc.score < best->score.score)) continue;
+      Diagnosis r;
+      r.dialect = d.info.name;
+      r.fault_class = d.info.fault_class;
+      r.title = d.info.title;
+      r.parameters = var.parameters;
+      // Variants named by what they change.
+      if (r.dialect == "contract_point_skipped") {
+        const int pt = static_cast<int>(var.parameters.at("point"));
+        r.title = fmt::format("the contract's {} rounding skipped", point_name(pt));
+        r.parameters.clear();
+      } else if (r.dialect == "other_contract") {
+        const auto ci = static_cast<std::size_t>(var.parameters.at("contract"));
+        r.title = fmt::format("contract '{}' instead of '{}'", contract_name(ci), c.contract);
+        r.parameters.clear();
+      } else if (r.dialect == "rstd_rounded_bf16" || r.dialect == "rstd_rounded_fp16") {
+        r.parameters.clear();
+      }
+      best = Entry{std::move(r), var.k, di, h, !sampled, sc, std::nullopt};
+    }
+    if (!best) continue;
+    auto dup = std::find_if(all_entries.begin(), all_entries.end(),
+                            [&](const Entry& e) { return e.hash == best->hash; });
+    if (dup != all_entries.end()) {
+      dup->d.same_as.push_back(best->d.dialect);
+      continue;
+    }
+    all_entries.push_back(std::move(*best));
+  }
+  auto key = [](double v) { return std::isnan(v) ? kInf : v; };
+  auto by_score = [&](const Entry& a, const Entry& b) {
+    const double sa = key(a.score.score), sb = key(b.score.score);
+    return sa != sb ? sa < sb : a.score.beyond < b.score.beyond;
+  };
+  std::stable_sort(all_entries.begin(), all_entries.end(), by_score);
+  // Sampled: a sample score is a lower bound of the full one. Score the best on every row until
+  // the best `full_evaluations` are exact (at most 3 more full evaluations).
+  std::optional<Predictions> full_spec;
+  if (sampled) {
+    int evaluated = 0;
+    for (;;) {
+      std::stable_sort(all_entries.begin(), all_entries.end(), by_score);
+      auto it = std::find_if(all_entries.begin(), all_entries.end(), [](const Entry& e) { return !e.full; });
+      if (it == all_entries.end() || it - all_entries.begin() >= opt.full_evaluations ||
+          evaluated >= opt.full_evaluations + 3)
+        break;
+      if (!full_spec) full_spec = engine->run(spec, all);
+      it->pred = engine->run(it->k, all);
+      it->score = score_of(fc, got, allow, &all, &*it->pred, &*full_spec);
+      it->full = true;
+      ++evaluated;
+    }
+  }
+  // Dialects the outputs cannot tell apart (every element within kSameWithin allowance or
+  // rounding to the same value) are one diagnosis: the one earlier in the panel names it, the
+  // others are listed in same_as. Only entries that may still be returned are compared, on every
+  // row (sampled cases: the fully scored ones).
+  const Predictions& cmp_spec = sampled ? *full_spec : spec_pred;
+  std::vector<Entry> kept;
+  for (auto& e : all_entries) {
+    if (kept.size() >= opt.keep + 4) break;
+    bool merged = false;
+    for (auto& k : kept) {
+      if (sampled && !(k.full && e.full)) continue;
+      const double sk = key(k.score.score), se = key(e.score.score);
+      if (std::fabs(sk - se) > 1.0 && !(std::isinf(sk) && std::isinf(se))) continue;
+      if (!k.pred) k.pred = engine->run(k.k, lay);
+      if (!e.pred) e.pred = engine->run(e.k, lay);
+      if (distinguishable(fc, got, allow, sampled ? all : lay, &*k.pred, &*e.pred, cmp_spec)) continue;
+      // One diagnosis: the group's best score.
+      if (by_score(e, k))
+        std::swap(e.score, k.score);
+      else
+        e.score = k.score;
+      if (e.panel_index < k.panel_index) {
+        e.d.same_as.push_back(k.d.dialect);
+        e.d.same_as.insert(e.d.same_as.end(), k.d.same_as.begin(), k.d.same_as.end());
+        std::swap(k, e);
+      } else {
+        k.d.same_as.push_back(e.d.dialect);
+        k.d.same_as.insert(k.d.same_as.end(), e.d.same_as.begin(), e.d.same_as.end());
+      }
+      merged = true;
+      break;
+    }
+    if (!merged) kept.push_back(std::move(e));
+  }
+  std::stable_sort(kept.begin(), kept.end(), by_score);
+  std::vector<Diagnosis> out;
+  for (auto& k : kept) {
+    if (out.size() >= opt.keep) break;
+    Diagnosis& r = k.d;
+    r.score = k.score.score;
+    r.explains = k.full && r.score <= 1.0;
+    r.evidence =
+        k.full ? fmt::format("max {} tolerance units from this dialect (worst: {}[{}]), {} from the spec",
+                             short_number(r.score), k.score.worst_output, k.score.worst_index,
+                             short_number(s_spec))
+               : fmt::format(
+                     "at least {} tolerance units from this dialect (worst: {}[{}]; over {} of {} rows), {} "
+                     "from the spec",
+                     short_number(r.score), k.score.worst_output, k.score.worst_index, lay.rows.size(),
+                     g.rows, short_number(s_spec));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
+                                const std::map<std::string, OutputAllowance>& allow,
+                                const DiagnoseOptions& opt) {
+  const ref::Case& c = fc.c;
+  const auto x = c.inputs.find("x");
+  if (x == c.inputs.end() || x->second.data.size() > opt.max_elements) return {};
+  // A diagnosis never changes a case's verdict: whatever goes wrong in it gives no diagnosis.
+  try {
+    return diagnose_as<double>(fc, got, allow, opt);
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::string describe_diagnosis(const std::vector<Diagnosis>& d) {
+  if (d.empty())
+    return "diagnosis: the panel does not cover this case (no dialect applies, a block backward, or more "
+           "than 2^24 elements)";
+  const Diagnosis& b = d.front();
+  std::string params;
+  for (const auto& [k, v] : b.parameters)
+    params += fmt::format("{}{} = {}", params.empty() ? "" : ", ", k, fmt::format("{:.6g}", v));
+  if (!params.empty()) params = " (" + params + ")";
+  if (!b.explains)
+    return fmt::format("diagnosis: no dialect explains the outputs; closest: {} [{}] {}{}: {}", b.dialect,
+                       b.fault_class, b.title, params, b.evidence);
+  return fmt::format("diagnosis: explained by {} [{}] {}{}: {}", b.dialect, b.fault_class, b.title, params,
+                     b.evidence);
+}
+
+}  // namespace normcheck::conf

@@ -1,0 +1,332 @@
+// The diagnosis panel on planted faults. The faulty outputs come from the certified reference
+// evaluating the case with the fault applied as a change of the case (another eps, op, contract,
+// offset, inputs), or from small double-precision implementations of the fault written here,
+// independent of the panel's engine: the faulty dialect must rank first and explain them; the
+// correct outputs must not be explained better by any dialect than by the spec.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <set>
+
+#include "normcheck/conformance/checker.hpp"
+#include "normcheck/conformance/diagnosis.hpp"
+#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/reference/evaluate.hpp"
+
+namespace normcheck::conf {
+namespace {
+
+using ref::DType;
+
+std::vector<double> normal(std::mt19937_64& rng, std::size_t n, double mean, double sd, DType t) {
+  std::normal_distribution<double> dist(mean, sd);
+  std::vector<double> v(n);
+  for (auto& x : v) x = ref::round_to(dist(rng), t);
+  return v;
+}
+
+ref::Case make_case(ref::Op op, ref::Affine affine, std::int64_t rows, std::int64_t cols, double mean,
+                    double sd, DType dt = DType::float32, unsigned seed = 1) {
+  std::mt19937_64 rng(seed);
+  ref::Case c;
+  c.op = op;
+  c.affine = affine;
+  c.dtype_x = c.dtype_param = c.dtype_out = c.dtype_residual = dt;
+  c.dtype_compute = DType::float32;
+  c.inputs["x"] =
+      ref::Tensor{dt, {rows, cols}, normal(rng, static_cast<std::size_t>(rows * cols), mean, sd, dt)};
+  if (affine != ref::Affine::none)
+    c.inputs["weight"] = ref::Tensor{dt, {cols}, normal(rng, static_cast<std::size_t>(cols), 1, 0.5, dt)};
+  if (affine == ref::Affine::weight_bias)
+    c.inputs["bias"] = ref::Tensor{dt, {cols}, normal(rng, static_cast<std::size_t>(cols), 0, 0.5, dt)};
+  return c;
+}
+
+fix::FixtureCase fixture_of(const ref::Case& c) {
+  fix::FixtureCase fc;
+  fc.id = "t";
+  fc.c = c;
+  fc.expected = ref::evaluate(c).outputs;
+  return fc;
+}
+
+// The correctly rounded outputs of `faulty`, for the outputs the spec case has with the same shape.
+Outputs outputs_of(const ref::Case& faulty, const fix::FixtureCase& spec) {
+  Outputs o;
+  for (const auto& [name, out] : ref::evaluate(faulty).outputs) {
+    const auto it = spec.expected.find(name);
+    if (it != spec.expected.end() && it->second.value.shape == out.value.shape) o[name] = out.value;
+  }
+  return o;
+}
+
+bool names(const Diagnosis& d, const std::string& dialect) {
+  if (d.dialect == dialect) return true;
+  for (const auto& s : d.same_as)
+    if (s == dialect) return true;
+  return false;
+}
+
+void expect_first(const fix::FixtureCase& fc, const Outputs& got, const std::string& dialect) {
+  const auto allow = derive_allowances(fc.c);
+  ASSERT_EQ(check_case(fc, got, allow).verdict, Verdict::failed) << dialect << ": the fault must show";
+  const auto d = diagnose(fc, got, allow);
+  ASSERT_FALSE(d.empty()) << dialect;
+  std::string ranking;
+  for (const auto& x : d) ranking += "\n  " + x.dialect + " " + std::to_string(x.score) + " " + x.evidence;
+  EXPECT_TRUE(names(d[0], dialect)) << dialect << " is not first:" << ranking;
+  EXPECT_TRUE(d[0].explains) << dialect << ":" << ranking;
+}
+
+// Outputs of an independent double implementation of a LayerNorm/RMSNorm forward with a fault:
+// rstd_of(var, ss, n) gives the faulty rstd; y rounded to the output dtype once.
+Outputs faulty_forward(const ref::Case& c,
+                       const std::function<double(double var, double ss, double n)>& rstd_of,
+                       bool bias_first = false, std::optional<DType> rstd_round = std::nullopt) {
+  const auto& x = c.inputs.at("x");
+  const std::int64_t cols = x.shape.back(), rows = x.shape.front();
+  const auto* w = c.affine != ref::Affine::none ? &c.inputs.at("weight") : nullptr;
+  const auto* b = c.affine == ref::Affine::weight_bias ? &c.inputs.at("bias") : nullptr;
+  const bool ln = c.op == ref::Op::layernorm;
+  Outputs o;
+  o["y"] = ref::Tensor{c.dtype_out, x.shape, std::vector<double>(x.data.size())};
+  o["rstd"] = ref::Tensor{c.dtype_compute, {rows, 1}, std::vector<double>(static_cast<std::size_t>(rows))};
+  if (ln)
+    o["mean"] = ref::Tensor{c.dtype_compute, {rows, 1}, std::vector<double>(static_cast<std::size_t>(rows))};
+  for (std::int64_t r = 0; r < rows; ++r) {
+    long double sum = 0, ss = 0;
+    for (std::int64_t j = 0; j < cols; ++j) sum += x.data[r * cols + j];
+    const long double mean = ln ? sum / cols : 0;
+    for (std::int64_t j = 0; j < cols; ++j)
+      ss += (x.data[r * cols + j] - mean) * (x.data[r * cols + j] - mean);
+    double rstd = rstd_of(static_cast<double>(ss / cols), static_cast<double>(ss), static_cast<double>(cols));
+    if (rstd_round) rstd = ref::round_to(rstd, *rstd_round);
+    o["rstd"].data[r] = ref::round_to(rstd, c.dtype_compute);
+    if (ln) o["mean"].data[r] = ref::round_to(static_cast<double>(mean), c.dtype_compute);
+    for (std::int64_t j = 0; j < cols; ++j) {
+      long double v = (x.data[r * cols + j] - mean) * rstd;
+      const long double wv = w ? w->data[j] : 1.0, bv = b ? b->data[j] : 0.0;
+      v = bias_first ? (v + bv) * wv : v * wv + bv;
+      o["y"].data[r * cols + j] = ref::round_to(static_cast<double>(v), c.dtype_out);
+    }
+  }
+  return o;
+}
+
+// Rows whose variance (about 1e-5) is comparable to eps: every eps fault shows.
+ref::Case eps_case(ref::Op op = ref::Op::layernorm) {
+  auto c = make_case(op, ref::Affine::weight_bias, 4, 64, 0, 3e-3);
+  c.epsilon = 1e-5;
+  return c;
+}
+
+TEST(Diagnosis, EpsilonFaultsFromTheReference) {
+  const auto c = eps_case();
+  const auto fc = fixture_of(c);
+  auto f = c;
+  f.epsilon = 0;
+  expect_first(fc, outputs_of(f, fc), "eps_missing");
+  f.epsilon = 1e-6;
+  expect_first(fc, outputs_of(f, fc), "eps_other_value");
+  const auto d = diagnose(fc, outputs_of(f, fc));
+  ASSERT_TRUE(d[0].parameters.count("epsilon"));
+  EXPECT_NEAR(d[0].parameters.at("epsilon"), 1e-6, 1e-8) << "the fitted eps is reported";
+}
+
+TEST(Diagnosis, EpsilonAndVarianceFaultsFromIndependentCode) {
+  const auto c = eps_case();
+  const auto fc = fixture_of(c);
+  const double eps = c.epsilon;
+  expect_first(fc, faulty_forward(c, [&](double var, double, double) { return 1 / (std::sqrt(var) + eps); }),
+               "eps_outside_sqrt");
+  expect_first(fc,
+               faulty_forward(c, [&](double, double ss, double n) { return 1 / std::sqrt(ss / (n + eps)); }),
+               "eps_in_count");
+  const auto cn = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 16, 0, 1);
+  const auto fcn = fixture_of(cn);
+  expect_first(fcn,
+               faulty_forward(
+                   cn, [&](double, double ss, double n) { return 1 / std::sqrt(ss / (n - 1) + cn.epsilon); }),
+               "unbiased_variance");
+}
+
+TEST(Diagnosis, AffineFaults) {
+  const auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 64, 0, 1);
+  const auto fc = fixture_of(c);
+  auto f = c;
+  std::swap(f.inputs["weight"], f.inputs["bias"]);
+  expect_first(fc, outputs_of(f, fc), "weight_bias_swapped");
+  f = c;
+  for (auto& v : f.inputs["bias"].data) v = 0;
+  expect_first(fc, outputs_of(f, fc), "bias_missing");
+  f = c;
+  for (auto& v : f.inputs["weight"].data) v = 1;
+  expect_first(fc, outputs_of(f, fc), "weight_missing");
+  expect_first(fc,
+               faulty_forward(
+                   c, [&](double var, double, double) { return 1 / std::sqrt(var + c.epsilon); }, true),
+               "bias_before_weight");
+}
+
+TEST(Diagnosis, OffsetFaults) {
+  auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 4, 32, 0, 1);
+  for (auto& v : c.inputs["weight"].data) v = ref::round_to(v - 1, DType::float32);  // stored zero-centred
+  c.weight_offset = 1;
+  const auto fc = fixture_of(c);
+  auto f = c;
+  f.weight_offset = 0;
+  expect_first(fc, outputs_of(f, fc), "offset_missing");
+  f.weight_offset = 2;
+  expect_first(fc, outputs_of(f, fc), "offset_doubled");
+}
+
+TEST(Diagnosis, CentringFaults) {
+  const auto rms = make_case(ref::Op::rmsnorm, ref::Affine::weight, 4, 64, 5, 1);
+  auto f = rms;
+  f.op = ref::Op::layernorm;
+  expect_first(fixture_of(rms), outputs_of(f, fixture_of(rms)), "rms_centred");
+  const auto ln = make_case(ref::Op::layernorm, ref::Affine::weight, 4, 64, 3, 1);
+  f = ln;
+  f.op = ref::Op::rmsnorm;
+  expect_first(fixture_of(ln), outputs_of(f, fixture_of(ln)), "layernorm_uncentred");
+}
+
+TEST(Diagnosis, ContractFaults) {
+  auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 4, 64, 0, 1, DType::bfloat16);
+  c.contract = "llama";
+  c.epsilon = 1e-6;
+  const auto fc = fixture_of(c);
+  auto f = c;
+  f.contract = "exact";
+  expect_first(fc, outputs_of(f, fc), "contract_point_skipped");
+  // rstd rounded to bfloat16 before the multiply (float32 case).
+  const auto c32 = make_case(ref::Op::rmsnorm, ref::Affine::weight, 4, 64, 0, 1);
+  expect_first(fixture_of(c32),
+               faulty_forward(
+                   c32, [&](double var, double, double) { return 1 / std::sqrt(var + c32.epsilon); }, false,
+                   DType::bfloat16),
+               "rstd_rounded_bf16");
+}
+
+TEST(Diagnosis, ResidualFaults) {
+  auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 32, 0, 1);
+  std::mt19937_64 rng(7);
+  c.residual = ref::Residual::add;
+  c.alpha = 0.5;
+  c.inputs["residual"] = ref::Tensor{DType::float32, {4, 32}, normal(rng, 128, 2, 1, DType::float32)};
+  const auto fc = fixture_of(c);
+  auto f = c;
+  f.residual = ref::Residual::none;
+  f.inputs.erase("residual");
+  expect_first(fc, outputs_of(f, fc), "residual_not_added");
+  f = c;  // h = x + alpha * residual: the reference with x and residual exchanged
+  std::swap(f.inputs["x"], f.inputs["residual"]);
+  expect_first(fc, outputs_of(f, fc), "alpha_on_residual");
+}
+
+TEST(Diagnosis, LowPrecisionHFromTheReference) {
+  // bfloat16 x, float32 residual: h rounded to bfloat16 before the statistics equals the
+  // reference on x' = bf16(x + residual) and a zero residual.
+  auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 4, 64, 0, 1, DType::bfloat16);
+  std::mt19937_64 rng(9);
+  c.residual = ref::Residual::add;
+  c.dtype_residual = DType::float32;
+  c.dtype_out = DType::float32;
+  c.inputs["residual"] = ref::Tensor{DType::float32, {4, 64}, normal(rng, 256, 0, 1, DType::float32)};
+  const auto fc = fixture_of(c);
+  auto f = c;
+  for (std::size_t i = 0; i < f.inputs["x"].data.size(); ++i) {
+    f.inputs["x"].data[i] =
+        ref::round_to(c.inputs.at("x").data[i] + c.inputs.at("residual").data[i], DType::bfloat16);
+    f.inputs["residual"].data[i] = 0;
+  }
+  expect_first(fc, outputs_of(f, fc), "h_rounded_to_input_dtype");
+}
+
+// Backward: column sums rounded through bfloat16 (an independent reduction: the certified sum
+// rounded once) are explained by the interval dialect, float32 column sums off the bfloat16 grid
+// are not; columns left at 0 are found and counted.
+TEST(Diagnosis, BackwardReductionFaults) {
+  auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 8, 64, 0, 1);
+  std::mt19937_64 rng(11);
+  c.direction = ref::Direction::backward;
+  c.inputs["dy"] = ref::Tensor{DType::float32, {8, 64}, normal(rng, 512, 0, 1, DType::float32)};
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (const char* name : {"dweight", "dbias"})
+    for (std::size_t j = 0; j < got[name].data.size(); ++j)
+      got[name].data[j] = ref::round_to(fc.expected.at(name).f64[j], DType::bfloat16);
+  expect_first(fc, got, "column_sums_bf16");
+
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (std::size_t j = 32; j < 64; ++j) got["dweight"].data[j] = got["dbias"].data[j] = 0;
+  expect_first(fc, got, "column_sums_columns_dropped");
+  const auto d = diagnose(fc, got);
+  EXPECT_EQ(d[0].parameters.at("columns_dropped"), 64) << "32 columns of dweight and of dbias";
+
+  // Correct outputs: the bfloat16 interval does not explain float32 sums.
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (const auto& x : diagnose(fc, got, {.keep = 100})) {
+    if (x.dialect == "column_sums_bf16") {
+      EXPECT_GT(x.score, 100) << "explains correct float32 sums: " << x.evidence;
+    }
+  }
+}
+
+// Rows from a limit on left at 0 (a launch grid capped): the limit is found.
+TEST(Diagnosis, RowsNotComputed) {
+  const auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 40, 8, 0, 1);
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (std::size_t i = 30 * 8; i < got["y"].data.size(); ++i) got["y"].data[i] = 0;
+  for (std::size_t r = 30; r < 40; ++r) got["rstd"].data[r] = 0;
+  expect_first(fc, got, "rows_not_computed");
+  EXPECT_EQ(diagnose(fc, got)[0].parameters.at("first_row_not_computed"), 30);
+}
+
+// The correctly rounded (spec) outputs: no dialect may explain them better than the spec.
+TEST(Diagnosis, CorrectOutputsAreExplainedBestByTheSpec) {
+  std::vector<ref::Case> cases{eps_case(), eps_case(ref::Op::rmsnorm),
+                               make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 17, 1, 1),
+                               make_case(ref::Op::layernorm, ref::Affine::weight, 4, 64, 1000, 1)};
+  auto bf = make_case(ref::Op::rmsnorm, ref::Affine::weight, 4, 64, 0, 1, DType::bfloat16);
+  bf.contract = "llama";
+  cases.push_back(bf);
+  for (const auto& c : cases) {
+    const auto fc = fixture_of(c);
+    Outputs got;
+    for (const auto& [name, out] : fc.expected) got[name] = out.value;
+    const auto allow = derive_allowances(c);
+    const double spec = spec_score(fc, got, allow);
+    EXPECT_LE(spec, 1.0);
+    // Dialects within 0.1 allowance of the spec everywhere are not reported at all.
+    for (const auto& d : diagnose(fc, got, allow, {.keep = 100}))
+      EXPECT_GE(d.score, spec - 0.1) << d.dialect
+                                     << " explains correct outputs better than the spec: " << d.evidence;
+  }
+}
+
+TEST(Diagnosis, SaysWhenNothingExplains) {
+  const auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 64, 0, 1);
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (auto& v : got["y"].data) v = 7;
+  const auto d = diagnose(fc, got);
+  ASSERT_FALSE(d.empty());
+  EXPECT_FALSE(d[0].explains);
+  EXPECT_NE(describe_diagnosis(d).find("no dialect explains"), std::string::npos) << describe_diagnosis(d);
+}
+
+TEST(Diagnosis, PanelCoversTheFaultClasses) {
+  std::set<std::string> classes;
+  for (const auto& d : dialect_panel()) classes.insert(d.fault_class);
+  for (const char* k : {"A", "B", "C", "D", "E", "G"}) EXPECT_TRUE(classes.count(k)) << k;
+}
+
+}  // namespace
+}  // namespace normcheck::conf
