@@ -24,6 +24,11 @@ int AuditResult::errors() const {
 namespace detail {
 namespace {
 
+// std::regex matches recursively, one stack frame per character: a name of a few hundred
+// kilobytes (a safetensors header may hold 100 MB) would overflow the stack. No tensor name
+// in any real checkpoint comes near this; longer ones are reported, never matched.
+constexpr std::size_t kMaxNameLength = 1024;
+
 std::string regex_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -62,6 +67,7 @@ std::string gguf_key(const Checkpoint& c, std::string key) {
 }
 
 bool is_norm_like(const std::string& name) {
+  if (name.size() > kMaxNameLength) return false;
   static const std::regex re(R"((^|[._])(norm|ln|ln_\w+|ln\d+|layernorm|layer_norm|\w*_norm|\w*_layernorm|norm\d*)[._](weight|bias|gamma|beta|scale)$|(^|\.)(gamma|beta)$)",
                              std::regex::icase);
   return std::regex_search(name, re);
@@ -101,6 +107,7 @@ Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<n
   }
   // Which tensors each entry names.
   for (const auto& t : ckpt.tensors()) {
+    if (t.name.size() > kMaxNameLength) continue;
     for (std::size_t i = 0; i < b.entries.size(); ++i) {
       const Entry& e = b.entries[i];
       std::smatch m;
@@ -139,7 +146,10 @@ Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<n
     b.dim_source[name] = source;
   };
   for (int pass = 0; pass < 3; ++pass)
-    for (const auto& [name, d] : dims.items()) {
+    for (auto it = dims.begin(); it != dims.end(); ++it) {
+      // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+      const std::string name = it.key();
+      const nlohmann::json& d = it.value();
       if (b.dims.count(name)) continue;
       if (config)
         for (const auto& k : d.value("config", nlohmann::json::array())) set(name, number_at(*config, k), "config " + k.get<std::string>());
@@ -173,7 +183,7 @@ Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<n
     std::uint64_t n = 0;
     for (const auto& t : ckpt.tensors()) {
       std::smatch m;
-      if (std::regex_search(t.name, m, re)) n = std::max<std::uint64_t>(n, std::stoull(m[1].str()) + 1);
+      if (t.name.size() <= kMaxNameLength && std::regex_search(t.name, m, re)) n = std::max<std::uint64_t>(n, std::stoull(m[1].str()) + 1);
     }
     for (const auto& e2 : b.entries)  // the same dim under another prefix (T5's encoder is one)
       if (e2.per_layer == e.per_layer && &e2 != &e) {
@@ -182,7 +192,7 @@ Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<n
         const std::regex re2((b.gguf ? "^" : "(?:^|\\.)") + regex_escape(p2) + "(\\d{1,6})\\.");
         for (const auto& t : ckpt.tensors()) {
           std::smatch m;
-          if (std::regex_search(t.name, m, re2)) n = std::max<std::uint64_t>(n, std::stoull(m[1].str()) + 1);
+          if (t.name.size() <= kMaxNameLength && std::regex_search(t.name, m, re2)) n = std::max<std::uint64_t>(n, std::stoull(m[1].str()) + 1);
         }
       }
     if (n > 0) {
@@ -570,6 +580,14 @@ AuditResult audit_checkpoint(const Checkpoint& ckpt, const std::vector<Profile>&
       F.push_back({"info", "eps", {}, "eps not checked: no --config given"});
     }
   }
+
+  std::vector<std::string> long_names;
+  for (const auto& t : ckpt.tensors())
+    if (t.name.size() > kMaxNameLength) long_names.push_back(t.name.substr(0, 64) + "...");
+  if (!long_names.empty())
+    F.push_back({"warning", "unexpected_tensor", long_names,
+                 fmt::format("{} tensor name(s) longer than {} characters: not matched against the profile", long_names.size(),
+                             kMaxNameLength)});
 
   // Norm-looking tensors the profile does not name.
   std::vector<std::string> extra;

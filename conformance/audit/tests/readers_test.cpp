@@ -2,7 +2,9 @@
 // message that names the problem (never a crash, never an allocation sized by the file's
 // claims), and the bundled profiles valid.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
