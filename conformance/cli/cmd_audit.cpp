@@ -9,6 +9,9 @@
 
 #include "commands.hpp"
 #include "normcheck/audit/audit.hpp"
+#include "normcheck/audit/functional.hpp"
+#include "normcheck/fixtures/error.hpp"
+#include "normcheck/reference/case.hpp"
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/version.hpp"
 
@@ -16,7 +19,7 @@ namespace normcheck::cli {
 namespace {
 
 struct AuditArgs {
-  std::string checkpoint, config, profile, json, source, source_config, profiles_dir;
+  std::string checkpoint, config, profile, json, source, source_config, profiles_dir, fixtures;
   bool force = false, quiet = false;
 };
 
@@ -52,7 +55,10 @@ int run_audit(const AuditArgs& a, const std::vector<std::string>& argv_all) {
     const auto profiles = audit::load_profiles(a.profiles_dir.empty() ? audit::default_profiles_dir() : a.profiles_dir);
     const audit::AuditOptions opt{a.profile, read_config(a.config)};
     ckpt = audit::open_checkpoint(a.checkpoint);
-    if (a.source.empty()) {
+    if (!a.fixtures.empty()) {
+      if (!a.source.empty()) throw audit::AuditInputError("--fixtures and --source are separate modes: give one");
+      r = audit::functional_audit(*ckpt, profiles, opt, a.fixtures);
+    } else if (a.source.empty()) {
       r = audit::audit_checkpoint(*ckpt, profiles, opt);
     } else {
       source = audit::open_checkpoint(a.source);
@@ -64,6 +70,12 @@ int run_audit(const AuditArgs& a, const std::vector<std::string>& argv_all) {
   } catch (const audit::AuditInputError& e) {
     fmt::print(stderr, "normcheck audit: {}\n", e.what());
     return kExitBadInput;
+  } catch (const fix::FixtureError& e) {
+    fmt::print(stderr, "normcheck audit: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const ref::CaseError& e) {
+    fmt::print(stderr, "normcheck audit: {}: case: {}: {}\n", a.fixtures, e.field(), e.what());
+    return kExitBadInput;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -73,7 +85,7 @@ int run_audit(const AuditArgs& a, const std::vector<std::string>& argv_all) {
   }
   const auto summary = r.summary();
   fmt::print("{}: {} {}, profile {}: {} error(s), {} warning(s), {} info ({:.2f} s)\n", a.checkpoint, ckpt->format(),
-             a.source.empty() ? "audit" : "diff against " + a.source, r.profile, summary["error"].get<int>(),
+             !a.fixtures.empty() ? "functional audit with " + a.fixtures : a.source.empty() ? "audit" : "diff against " + a.source, r.profile, summary["error"].get<int>(),
              summary["warning"].get<int>(), summary["info"].get<int>(), seconds);
 
   if (!a.json.empty()) {
@@ -88,6 +100,7 @@ int run_audit(const AuditArgs& a, const std::vector<std::string>& argv_all) {
     j["mode"] = "audit";
     j["checkpoint"] = {{"path", a.checkpoint}, {"format", ckpt->format()}, {"profile", r.profile}};
     if (source) j["source"] = {{"path", a.source}, {"format", source->format()}};
+    if (!a.fixtures.empty()) j["fixtures"] = {{"path", a.fixtures}};
     j["findings"] = nlohmann::ordered_json::array();
     for (const auto& f : r.findings)
       j["findings"].push_back({{"severity", f.severity}, {"check", f.check}, {"tensors", f.tensors}, {"message", f.message}});
@@ -114,6 +127,8 @@ Runner add_audit_command(CLI::App& app, std::vector<std::string>& argv_all) {
   cmd->add_option("--profile", a->profile, "Architecture profile (default: detected from config, GGUF metadata or names)");
   cmd->add_option("--source", a->source, "Diff mode: the original checkpoint the converted one came from");
   cmd->add_option("--source-config", a->source_config, "HF config.json of the source checkpoint");
+  cmd->add_option("--fixtures", a->fixtures, "Functional mode: re-run these fixture cases (ids: the norms' HF module "
+                                             "names) with the checkpoint's parameters through the reference");
   cmd->add_option("--profiles", a->profiles_dir, "Directory of profile files (default: the bundled ones)");
   cmd->add_option("--json", a->json, "Write the findings as a results file (normcheck-results v1, mode audit)");
   cmd->add_flag("--force", a->force, "Replace an existing results file");

@@ -41,7 +41,7 @@ std::string regex_escape(const std::string& s) {
 // A name pattern as a regex: {L} is the layer index. HF patterns match as a suffix at a dot
 // boundary (wrappers add prefixes: "transformer.", "bert.", "language_model.", Keras layer
 // groups); GGUF names are exact.
-std::regex compile(const std::string& pattern, bool gguf) {
+std::regex compile_impl(const std::string& pattern, bool gguf) {
   std::string esc = regex_escape(pattern);
   const std::string l = regex_escape("{L}");
   for (std::size_t p; (p = esc.find(l)) != std::string::npos;) esc.replace(p, l.size(), "(\\d+)");
@@ -75,6 +75,8 @@ bool is_norm_like(const std::string& name) {
 
 }  // namespace
 
+std::regex compile_pattern(const std::string& pattern, bool gguf) { return compile_impl(pattern, gguf); }
+
 std::string Bound::describe(const Entry& e, int layer) const {
   std::string s = e.pattern;
   if (layer >= 0)
@@ -94,14 +96,14 @@ Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<n
     e.role = t["role"];
     e.kind = t["kind"];
     e.pattern = t[b.gguf ? "gguf" : "hf"];
-    e.re = compile(e.pattern, b.gguf);
+    e.re = compile_impl(e.pattern, b.gguf);
     e.per_layer = t.value("per_layer", "");
     for (const auto& s : t["shape"]) e.shape.push_back(s);
     if (!b.gguf && t.contains("legacy_hf") && t["legacy_hf"].is_array())
       for (const auto& l : t["legacy_hf"])
         if (l.is_string()) {
           e.legacy_patterns.push_back(l);
-          e.legacy.push_back(compile(l, false));
+          e.legacy.push_back(compile_impl(l, false));
         }
     b.entries.push_back(std::move(e));
   }

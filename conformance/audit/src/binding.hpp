@@ -53,6 +53,8 @@ Bound select_profile(const Checkpoint& ckpt, const std::vector<Profile>& profile
                      std::vector<Finding>& findings, bool* by_names = nullptr);
 std::optional<double> configured_eps(const Bound& b, const std::optional<nlohmann::json>& config, std::string& from);
 ValueStats stats_of(const std::vector<double>& v);
-int classify_centre(double median);  // 0, 1, 2, or -1 when the median is near none of them
+int classify_centre(double median);
+// A name pattern as a regex ({L}: the layer index); HF patterns match as a dot-suffix.
+std::regex compile_pattern(const std::string& pattern, bool gguf);  // 0, 1, 2, or -1 when the median is near none of them
 
 }  // namespace normcheck::audit::detail

@@ -22,7 +22,7 @@ import ckpt_writers as w  # noqa: E402
 NORMCHECK = sys.argv[1]
 failures = []
 count = 0
-MAX_RSS_MIB = 64  # normcheck itself takes about 15 MiB
+MAX_RSS_MIB = 0  # set in main(): `normcheck version`'s own peak (15 MiB; more under ASan) + 48 MiB
 
 
 class Done:
@@ -110,6 +110,9 @@ def save(tmp, name, tensors, cfg=None, fmt="safetensors"):
 
 
 def main():
+    global MAX_RSS_MIB
+    MAX_RSS_MIB = run_child([NORMCHECK, "version"], measure=True).rss_mib + 48
+    print(f"peak RSS bound per audit: {MAX_RSS_MIB:.0f} MiB")
     with tempfile.TemporaryDirectory() as tmp:
         # --- clean checkpoints of every profile, in safetensors and GGUF, and HDF5 for a few ----
         for arch in w.ARCHS:
@@ -263,6 +266,7 @@ def main():
         check("diff llama with a reshaped norm", [save(tmp, "llama_reshaped.safetensors", shaped)[0], "--source", src], tmp, 0,
               expect=[("warning", "transform", "identical values, reshaped [64] -> [8, 8]")])
 
+        functional(tmp)
         bad_inputs(tmp)
         if "--big" in sys.argv:
             big(tmp)
@@ -276,6 +280,69 @@ def _gguf(tmp, name, arch, **kw):
     path = os.path.join(tmp, name)
     w.write_gguf(path, kv, t, **kw)
     return path
+
+
+def record_fixtures(tmp, arch, name):
+    """Fixtures recorded from the original (HF) model's norm layers: one case per norm module,
+    id = its HF module name, x drawn, the module's parameters as inputs, the expected outputs
+    completed by the certified reference (`normcheck fixtures complete`)."""
+    import h5py
+    import numpy as np
+    cfg, sd = w.trained_state(arch)
+    offset = w.ARCHS[arch][2]
+    eps = cfg.get("rms_norm_eps") or cfg.get("layer_norm_epsilon") or cfg.get("layer_norm_eps")
+    rng = np.random.default_rng(1)
+    inputs = os.path.join(tmp, name + ".inputs.h5")
+    with h5py.File(inputs, "w") as f:
+        for key, t in sd.items():
+            if not (w.is_norm(key) and key.endswith(".weight")):
+                continue
+            module = key[: -len(".weight")]
+            g = f.create_group(f"cases/{module}")
+            layernorm = module + ".bias" in sd
+            g.attrs["op"] = "layernorm" if layernorm else "rmsnorm"
+            g.attrs["epsilon"] = float(eps)
+            g.attrs["weight_offset"] = float(offset)
+            g.attrs["dtype_x"] = "float32"
+            g.create_dataset("inputs/x", data=rng.standard_normal((3, t.numel())).astype(np.float32))
+            g.create_dataset("inputs/weight", data=t.numpy().astype(np.float32))
+            if layernorm:
+                g.create_dataset("inputs/bias", data=sd[module + ".bias"].numpy().astype(np.float32))
+    out = os.path.join(tmp, name + ".fixtures.h5")
+    p = subprocess.run([NORMCHECK, "fixtures", "complete", inputs, "-o", out, "--threads", "1"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr)
+    return out
+
+
+def functional(tmp):
+    fl = record_fixtures(tmp, "llama", "llama")
+    check("functional llama", [os.path.join(tmp, "llama.safetensors"), "--fixtures", fl], tmp, 0,
+          expect=[("info", "functional", "7 fixture case(s) pass")], absent=[("error", None), ("warning", None)])
+    check("functional llama GGUF (renamed tensors)", [os.path.join(tmp, "llama.gguf"), "--fixtures", fl], tmp, 0,
+          expect=[("info", "functional", "7 fixture case(s) pass")], absent=[("error", None)])
+    check("functional llama bf16 (rounded parameters)", [os.path.join(tmp, "llama_bf16.safetensors"), "--fixtures", fl], tmp, 1,
+          expect=[("error", "functional", "the checkpoint stores BF16")])
+    check("functional llama w + 1", [os.path.join(tmp, "llama_plus1.safetensors"), "--fixtures", fl], tmp, 1,
+          expect=[("error", "functional", "model.layers.0.input_layernorm.weight")])
+    fg = record_fixtures(tmp, "gemma2", "gemma2")
+    check("functional gemma2 HF", [os.path.join(tmp, "gemma2.safetensors"), "--fixtures", fg, "--profile", "gemma2"], tmp, 0,
+          expect=[("info", "functional", "13 fixture case(s) pass")], absent=[("error", None)])
+    check("functional gemma2 GGUF (+1 added by the converter)", [os.path.join(tmp, "gemma2.gguf"), "--fixtures", fg], tmp, 0,
+          expect=[("info", "functional", "13 fixture case(s) pass")], absent=[("error", None)])
+    check("functional gemma2 GGUF without the +1", [os.path.join(tmp, "g2_noplus.gguf"), "--fixtures", fg], tmp, 1,
+          expect=[("error", "functional", "blk.1.post_ffw_norm.weight")])
+    fb = record_fixtures(tmp, "bert", "bert")
+    check("functional bert legacy gamma/beta", [os.path.join(tmp, "bert_legacy.safetensors"), "--fixtures", fb], tmp, 0,
+          expect=[("info", "functional", "7 fixture case(s) pass")], absent=[("error", "functional")])
+    check("functional bert re-initialized", [os.path.join(tmp, "bert_reinit.safetensors"), "--fixtures", fb], tmp, 1,
+          expect=[("error", "functional", "encoder.layer.0.output.LayerNorm.weight")])
+    check("functional with a checkpoint of another model", [os.path.join(tmp, "gpt2.safetensors"), "--fixtures", fl], tmp, 0,
+          expect=[("warning", "functional", "names no weight")])
+    check("functional fixture file not HDF5", [os.path.join(tmp, "llama.safetensors"), "--fixtures",
+          os.path.join(tmp, "llama.safetensors")], tmp, 2, stderr="llama.safetensors")
+    check("functional and --source together", [os.path.join(tmp, "llama.safetensors"), "--fixtures", fl, "--source",
+          os.path.join(tmp, "llama.safetensors")], tmp, 2, stderr="separate modes")
 
 
 def bad_inputs(tmp):
