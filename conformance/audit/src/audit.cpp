@@ -365,7 +365,12 @@ std::string shape_text(const std::vector<std::uint64_t>& s) {
   return out + "]";
 }
 
-constexpr std::uint64_t kMaxNormElements = std::uint64_t{1} << 26;  // 512 MiB of doubles: beyond any norm
+// 16 M elements (128 MiB as binary64): a norm parameter is one hidden vector (at most some
+// 10^5 elements); beyond this a "norm" tensor is not read (HDF5 datasets may be compressed, so
+// their size is not bounded by the file's).
+constexpr std::uint64_t kMaxNormElements = std::uint64_t{1} << 24;
+// Layer counts beyond this (from a config) are not enumerated one by one.
+constexpr std::uint64_t kMaxLayers = 4096;
 
 }  // namespace
 
@@ -387,9 +392,15 @@ AuditResult audit_checkpoint(const Checkpoint& ckpt, const std::vector<Profile>&
       continue;
     }
     const auto n = b.dims.count(e.per_layer) ? b.dims.at(e.per_layer) : 0;
+    if (n > kMaxLayers) {
+      F.push_back({"warning", "missing_tensor", {},
+                   fmt::format("{} = {} ({}): more layers than any model has; layers of {} not checked", e.per_layer, n,
+                               b.dim_source.at(e.per_layer), e.pattern)});
+      continue;
+    }
     std::vector<int> missing;
     std::vector<std::string> names;
-    for (std::uint64_t l = 0; l < n && l < 100000; ++l)
+    for (std::uint64_t l = 0; l < n; ++l)
       if (!b.found.count({i, static_cast<int>(l)})) {
         missing.push_back(static_cast<int>(l));
         names.push_back(b.describe(e, static_cast<int>(l)));

@@ -151,6 +151,11 @@ def main():
         w.write_gguf(g, kv, t)
         check("gemma2 GGUF with the +1 applied twice", [g], tmp, 1, expect=[("error", "offset_convention", "centre near 2")])
 
+        check("diff gemma2 GGUF -> HF (offset -1)", [os.path.join(tmp, "gemma2.safetensors"), "--source", os.path.join(tmp, "gemma2.gguf")],
+              tmp, 0, expect=[("info", "transform", "offset -1")], absent=[("error", None)])
+        check("diff gemma2 HF -> HF", [os.path.join(tmp, "gemma2.safetensors"), "--source", os.path.join(tmp, "gemma2.safetensors")],
+              tmp, 0, expect=[("info", "transform", "13 norm tensor(s) identical")], absent=[("error", None), ("warning", None)])
+
         cfg, sd = w.trained_state("gemma3")
         kv, t = w.to_gguf("gemma3", cfg, sd)
         for k in list(t):
@@ -400,6 +405,16 @@ def bad_inputs(tmp):
         with open(path, "wb") as f:
             f.write(data)
         check(f"bad input {name}", [path], tmp, 2, stderr=message, measure=True)
+    existing = os.path.join(tmp, "exists.json")
+    open(existing, "w").write("{}")
+    p = run_child([NORMCHECK, "audit", os.path.join(tmp, "llama.safetensors"), "--json", existing])
+    global count
+    count += 1
+    if p.returncode != 2 or "--force" not in p.stderr or open(existing).read() != "{}":
+        failures.append("existing results file")
+        print("FAIL existing results file not replaced without --force", p.returncode, p.stderr)
+    else:
+        print("ok   existing results file not replaced without --force")
     check("bad input unknown profile", [os.path.join(tmp, "llama.safetensors"), "--profile", "nope"], tmp, 2, stderr="unknown profile")
     check("bad input config not JSON", [os.path.join(tmp, "llama.safetensors"), "--config", os.path.join(tmp, "garbage.bin")], tmp, 2,
           stderr="not valid JSON")
