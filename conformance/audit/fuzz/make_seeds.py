@@ -1,4 +1,5 @@
-"""Writes the seed corpus of the reader fuzzers (corpus/<format>/): tiny valid checkpoints of a
+"""Writes the seed corpus of the reader fuzzers (corpus/<format>/, packed with the inputs the
+fuzzers added into corpus.tar.xz: README.md, "Fuzzing"): tiny valid checkpoints of a
 few architectures in each format, from the same writers as the tests."""
 import os
 import sys
