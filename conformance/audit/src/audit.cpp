@@ -277,9 +277,11 @@ Bound select_profile(const Checkpoint& ckpt, const std::vector<Profile>& profile
     Bound b = bind(p, ckpt, opt.config);
     if (b.claimed.empty()) continue;
     const double s = b.score() + 0.01 * p.spec.value("name_priority", 0);
-    if (!best || s > best->score() + 0.01 * best->profile->spec.value("name_priority", 0) + 1e-9) {
+    const double best_s = best ? best->score() + 0.01 * best->profile->spec.value("name_priority", 0) : 0;
+    if (!best || s > best_s + 1e-9) {
+      if (best && s - best_s < 0.5) tied.push_back(best->profile->name);  // won on priority only
+      else tied.clear();
       best = std::move(b);
-      tied.clear();
     } else if (std::abs(s - best->score() - 0.01 * best->profile->spec.value("name_priority", 0)) < 0.5) {
       tied.push_back(p.name);
     }
