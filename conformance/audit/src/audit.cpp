@@ -24,30 +24,6 @@ int AuditResult::errors() const {
 namespace detail {
 namespace {
 
-// std::regex matches recursively, one stack frame per character: a name of a few hundred
-// kilobytes (a safetensors header may hold 100 MB) would overflow the stack. No tensor name
-// in any real checkpoint comes near this; longer ones are reported, never matched.
-constexpr std::size_t kMaxNameLength = 1024;
-
-std::string regex_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (std::strchr(".^$|()[]{}*+?\\", c)) out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-// A name pattern as a regex: {L} is the layer index. HF patterns match as a suffix at a dot
-// boundary (wrappers add prefixes: "transformer.", "bert.", "language_model.", Keras layer
-// groups); GGUF names are exact.
-std::regex compile_impl(const std::string& pattern, bool gguf) {
-  std::string esc = regex_escape(pattern);
-  const std::string l = regex_escape("{L}");
-  for (std::size_t p; (p = esc.find(l)) != std::string::npos;) esc.replace(p, l.size(), "(\\d+)");
-  return std::regex((gguf ? "^" : "^(?:.*\\.)?") + esc + "$");
-}
-
 std::optional<double> number_at(const nlohmann::json& j, const std::string& key) {
   if (!j.is_object()) return std::nullopt;
   if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
@@ -66,16 +42,75 @@ std::string gguf_key(const Checkpoint& c, std::string key) {
   return key;
 }
 
+// A norm-looking name: its module (the component before weight/bias/gamma/beta/scale)
+// contains "norm" or is ln, ln_*, lnN; or the name ends in gamma/beta.
 bool is_norm_like(const std::string& name) {
-  if (name.size() > kMaxNameLength) return false;
-  static const std::regex re(R"((^|[._])(norm|ln|ln_\w+|ln\d+|layernorm|layer_norm|\w*_norm|\w*_layernorm|norm\d*)[._](weight|bias|gamma|beta|scale)$|(^|\.)(gamma|beta)$)",
-                             std::regex::icase);
-  return std::regex_search(name, re);
+  const auto last = name.rfind('.');
+  const std::string param = last == std::string::npos ? name : name.substr(last + 1);
+  if (param == "gamma" || param == "beta") return true;
+  if (last == std::string::npos || last == 0 || (param != "weight" && param != "bias" && param != "scale")) return false;
+  const auto before = name.rfind('.', last - 1);
+  const std::size_t start = before == std::string::npos ? 0 : before + 1;
+  std::string module = name.substr(start, last - start);
+  for (auto& ch : module) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (module.find("norm") != std::string::npos) return true;
+  if (module == "ln" || module.rfind("ln_", 0) == 0) return true;
+  return module.size() > 2 && module.rfind("ln", 0) == 0 &&
+         std::all_of(module.begin() + 2, module.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
 }
 
 }  // namespace
 
-std::regex compile_pattern(const std::string& pattern, bool gguf) { return compile_impl(pattern, gguf); }
+NamePattern::NamePattern(const std::string& pattern, bool gguf) : gguf_(gguf) {
+  std::size_t from = 0;
+  for (std::size_t p; (p = pattern.find("{L}", from)) != std::string::npos; from = p + 3) parts_.push_back(pattern.substr(from, p - from));
+  parts_.push_back(pattern.substr(from));
+}
+
+bool NamePattern::match_at(const std::string& name, std::size_t pos, int& layer) const {
+  layer = -1;
+  for (std::size_t i = 0; i < parts_.size(); ++i) {
+    if (i > 0) {  // {L}: 1 to 6 digits
+      std::size_t digits = 0;
+      int value = 0;
+      while (pos + digits < name.size() && digits < 7 && name[pos + digits] >= '0' && name[pos + digits] <= '9')
+        value = value * 10 + (name[pos + digits++] - '0');
+      if (digits == 0 || digits > 6) return false;
+      layer = value;
+      pos += digits;
+    }
+    if (name.compare(pos, parts_[i].size(), parts_[i]) != 0) return false;
+    pos += parts_[i].size();
+  }
+  return pos == name.size();
+}
+
+bool NamePattern::match(const std::string& name, int& layer) const {
+  if (parts_.empty()) return false;
+  if (match_at(name, 0, layer)) return true;
+  if (gguf_) return false;
+  // Suffixes after a '.': only where the pattern's first literal can start, so the work stays
+  // proportional to the name's length times the (short) pattern's.
+  for (std::size_t p = name.find('.'); p != std::string::npos; p = name.find('.', p + 1))
+    if (name.size() - (p + 1) >= parts_.back().size() && match_at(name, p + 1, layer)) return true;
+  return false;
+}
+
+std::uint64_t layer_count_under(const std::vector<TensorInfo>& tensors, const std::string& prefix, bool gguf) {
+  std::uint64_t n = 0;
+  for (const auto& t : tensors) {
+    const std::string& name = t.name;
+    for (std::size_t p = name.find(prefix); p != std::string::npos; p = name.find(prefix, p + 1)) {
+      if (p != 0 && (gguf || name[p - 1] != '.')) continue;
+      std::size_t q = p + prefix.size(), digits = 0;
+      std::uint64_t value = 0;
+      while (q < name.size() && digits < 7 && name[q] >= '0' && name[q] <= '9') value = value * 10 + static_cast<std::uint64_t>(name[q++] - '0'), ++digits;
+      if (digits >= 1 && digits <= 6 && q < name.size() && name[q] == '.') n = std::max(n, value + 1);
+      if (gguf) break;
+    }
+  }
+  return n;
+}
 
 std::string Bound::describe(const Entry& e, int layer) const {
   std::string s = e.pattern;
@@ -96,33 +131,26 @@ Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<n
     e.role = t["role"];
     e.kind = t["kind"];
     e.pattern = t[b.gguf ? "gguf" : "hf"];
-    e.re = compile_impl(e.pattern, b.gguf);
+    e.re = NamePattern(e.pattern, b.gguf);
     e.per_layer = t.value("per_layer", "");
     for (const auto& s : t["shape"]) e.shape.push_back(s);
     if (!b.gguf && t.contains("legacy_hf") && t["legacy_hf"].is_array())
       for (const auto& l : t["legacy_hf"])
         if (l.is_string()) {
           e.legacy_patterns.push_back(l);
-          e.legacy.push_back(compile_impl(l, false));
+          e.legacy.push_back(NamePattern(l, false));
         }
     b.entries.push_back(std::move(e));
   }
   // Which tensors each entry names.
   for (const auto& t : ckpt.tensors()) {
-    if (t.name.size() > kMaxNameLength) continue;
     for (std::size_t i = 0; i < b.entries.size(); ++i) {
       const Entry& e = b.entries[i];
-      std::smatch m;
-      bool legacy = false;
-      bool hit = std::regex_match(t.name, m, e.re);
-      for (std::size_t k = 0; !hit && k < e.legacy.size(); ++k) hit = legacy = std::regex_match(t.name, m, e.legacy[k]);
-      if (!hit) continue;
       int layer = -1;
-      if (!e.per_layer.empty()) {
-        const std::string digits = m[1].str();
-        if (digits.size() > 6) continue;  // not a layer index anyone has
-        layer = std::stoi(digits);
-      }
+      bool legacy = false;
+      bool hit = e.re.match(t.name, layer);
+      for (std::size_t k = 0; !hit && k < e.legacy.size(); ++k) hit = legacy = e.legacy[k].match(t.name, layer);
+      if (!hit) continue;
       b.found[{i, layer}].push_back({&t, layer, legacy});
       b.claimed.insert(&t);
       break;
@@ -181,22 +209,10 @@ Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<n
   for (const auto& e : b.entries) {
     if (e.per_layer.empty() || b.dims.count(e.per_layer)) continue;
     const std::string prefix = e.pattern.substr(0, e.pattern.find("{L}"));
-    const std::regex re((b.gguf ? "^" : "(?:^|\\.)") + regex_escape(prefix) + "(\\d{1,6})\\.");
-    std::uint64_t n = 0;
-    for (const auto& t : ckpt.tensors()) {
-      std::smatch m;
-      if (t.name.size() <= kMaxNameLength && std::regex_search(t.name, m, re)) n = std::max<std::uint64_t>(n, std::stoull(m[1].str()) + 1);
-    }
+    std::uint64_t n = layer_count_under(ckpt.tensors(), prefix, b.gguf);
     for (const auto& e2 : b.entries)  // the same dim under another prefix (T5's encoder is one)
-      if (e2.per_layer == e.per_layer && &e2 != &e) {
-        const std::string p2 = e2.pattern.substr(0, e2.pattern.find("{L}"));
-        if (p2 == prefix) continue;
-        const std::regex re2((b.gguf ? "^" : "(?:^|\\.)") + regex_escape(p2) + "(\\d{1,6})\\.");
-        for (const auto& t : ckpt.tensors()) {
-          std::smatch m;
-          if (t.name.size() <= kMaxNameLength && std::regex_search(t.name, m, re2)) n = std::max<std::uint64_t>(n, std::stoull(m[1].str()) + 1);
-        }
-      }
+      if (e2.per_layer == e.per_layer && &e2 != &e)
+        n = std::max(n, layer_count_under(ckpt.tensors(), e2.pattern.substr(0, e2.pattern.find("{L}")), b.gguf));
     if (n > 0) {
       b.dims[e.per_layer] = n;
       b.dim_source[e.per_layer] = "inferred from tensor names";
@@ -595,14 +611,6 @@ AuditResult audit_checkpoint(const Checkpoint& ckpt, const std::vector<Profile>&
       F.push_back({"info", "eps", {}, "eps not checked: no --config given"});
     }
   }
-
-  std::vector<std::string> long_names;
-  for (const auto& t : ckpt.tensors())
-    if (t.name.size() > kMaxNameLength) long_names.push_back(t.name.substr(0, 64) + "...");
-  if (!long_names.empty())
-    F.push_back({"warning", "unexpected_tensor", long_names,
-                 fmt::format("{} tensor name(s) longer than {} characters: not matched against the profile", long_names.size(),
-                             kMaxNameLength)});
 
   // Norm-looking tensors the profile does not name.
   std::vector<std::string> extra;

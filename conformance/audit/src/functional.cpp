@@ -25,9 +25,8 @@ const TensorInfo* tensor_for(const Bound& b, const std::string& id, const std::s
   const std::string hf_name = id + "." + kind;
   for (const auto& spec : b.profile->spec["tensors"]) {
     if (spec["kind"] != kind) continue;
-    std::smatch m;
-    if (!std::regex_match(hf_name, m, compile_pattern(spec["hf"], false))) continue;
-    const int layer = spec.contains("per_layer") ? std::stoi(m[1].str()) : -1;
+    int layer = -1;
+    if (!NamePattern(spec["hf"].get<std::string>(), false).match(hf_name, layer)) continue;
     for (std::size_t i = 0; i < b.entries.size(); ++i)
       if (b.entries[i].role == spec["role"] && b.entries[i].kind == kind) {
         const auto it = b.found.find({i, layer});

@@ -9,7 +9,6 @@
 #include <hdf5.h>
 
 #include <map>
-#include <regex>
 
 #include "mapped.hpp"
 
@@ -34,8 +33,10 @@ std::string normalize(std::string path) {
   if (path.size() > 2 && path.compare(path.size() - 2, 2, ":0") == 0) path.resize(path.size() - 2);
   for (auto& ch : path)
     if (ch == '/') ch = '.';
-  static const std::regex keras_layer(R"(layer_\._(\d+))");
-  return std::regex_replace(path, keras_layer, "layer.$1");
+  // Keras/TF-transformers write layer lists as layer_._N.
+  for (std::size_t p = path.find("layer_._"); p != std::string::npos; p = path.find("layer_._", p + 1))
+    if (p + 8 < path.size() && path[p + 8] >= '0' && path[p + 8] <= '9') path.replace(p, 8, "layer.");
+  return path;
 }
 
 // The stored float type by its bit fields: HDF5 has no bf16 predefined type, the project and

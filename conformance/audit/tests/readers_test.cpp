@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "binding.hpp"
 #include "normcheck/audit/audit.hpp"
 #include "normcheck/audit/checkpoint.hpp"
 
@@ -172,6 +173,28 @@ TEST(Gguf, RejectsMalformedHeaders) {
 TEST(Hdf5, RejectsGarbageImages) {
   const Bytes junk = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n', 0, 0, 0, 0};
   EXPECT_THROW(normcheck::audit::parse_hdf5_image(junk.data(), junk.size(), "junk.h5"), CheckpointError);
+}
+
+TEST(NamePattern, HfSuffixesGgufWholeNames) {
+  using normcheck::audit::detail::NamePattern;
+  int layer = -2;
+  const NamePattern hf("model.layers.{L}.input_layernorm.weight", false);
+  EXPECT_TRUE(hf.match("model.layers.12.input_layernorm.weight", layer));
+  EXPECT_EQ(layer, 12);
+  EXPECT_TRUE(hf.match("language_model.model.layers.3.input_layernorm.weight", layer));
+  EXPECT_EQ(layer, 3);
+  EXPECT_FALSE(hf.match("xmodel.layers.3.input_layernorm.weight", layer));  // not at a dot
+  EXPECT_FALSE(hf.match("model.layers..input_layernorm.weight", layer));    // no digits
+  EXPECT_FALSE(hf.match("model.layers.1234567.input_layernorm.weight", layer));  // 7 digits
+  EXPECT_FALSE(hf.match("model.layers.3.input_layernorm.weight.extra", layer));
+  const NamePattern single("ln_f.weight", false);
+  EXPECT_TRUE(single.match("transformer.ln_f.weight", layer));
+  EXPECT_EQ(layer, -1);
+  const NamePattern gguf("blk.{L}.attn_norm.weight", true);
+  EXPECT_TRUE(gguf.match("blk.0.attn_norm.weight", layer));
+  EXPECT_FALSE(gguf.match("x.blk.0.attn_norm.weight", layer));
+  // A name of a megabyte of dots costs time proportional to it, not a stack frame per character.
+  EXPECT_FALSE(hf.match(std::string(1 << 20, '.'), layer));
 }
 
 TEST(Profiles, BundledOnesLoad) {
