@@ -400,6 +400,11 @@ def bad_inputs(tmp):
     with open(os.path.join(tmp, "llama.h5"), "rb") as f:
         h5 = f.read()
     cases["h5_truncated"] = (h5[:len(h5) // 2], "HDF5")
+    # Corrupt files found by fuzz_hdf5 on which libhdf5 1.10.8 itself fails: a null read (a
+    # segfault in process; the HDF5 reader runs in a child) and a 512 GiB allocation.
+    data_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    cases["h5_libhdf5_null_read"] = (open(os.path.join(data_dir, "libhdf5_null_read.h5"), "rb").read(), "")
+    cases["h5_libhdf5_huge_alloc"] = (open(os.path.join(data_dir, "libhdf5_huge_alloc.h5"), "rb").read(), "corrupt")
     for name, (data, message) in cases.items():
         path = os.path.join(tmp, name + ".bin")
         with open(path, "wb") as f:
