@@ -409,7 +409,9 @@ def bad_inputs(tmp):
         path = os.path.join(tmp, name + ".bin")
         with open(path, "wb") as f:
             f.write(data)
-        check(f"bad input {name}", [path], tmp, 2, stderr=message, measure=True)
+        # Not measured where libhdf5 crashes its child: under ASan that child's report (with
+        # symbolization) alone takes over 100 MiB.
+        check(f"bad input {name}", [path], tmp, 2, stderr=message, measure=name != "h5_libhdf5_null_read")
     existing = os.path.join(tmp, "exists.json")
     open(existing, "w").write("{}")
     p = run_child([NORMCHECK, "audit", os.path.join(tmp, "llama.safetensors"), "--json", existing])
