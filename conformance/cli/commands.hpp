@@ -23,6 +23,8 @@ Runner add_fixtures_command(CLI::App& app);
 Runner add_worker_command(CLI::App& app);
 // candidates, run, check; argv_all (the arguments after the program name) goes into results files.
 Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all);
+// audit: checkpoint norm parameters (conformance/audit/).
+Runner add_audit_command(CLI::App& app, std::vector<std::string>& argv_all);
 
 // report; and the report flags run and check share with it.
 Runner add_report_command(CLI::App& app);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   normcheck::cli::Runner run_harness = normcheck::cli::add_run_commands(app, args);
   normcheck::cli::Runner run_report = normcheck::cli::add_report_command(app);
+  normcheck::cli::Runner run_audit = normcheck::cli::add_audit_command(app, args);
 
   try {
     app.parse(argc, argv);
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("fixtures")) return run_fixtures();
     if (app.got_subcommand("worker")) return run_worker();
     if (app.got_subcommand("report")) return run_report();
+    if (app.got_subcommand("audit")) return run_audit();
     for (const char* name : {"candidates", "run", "check"})
       if (app.got_subcommand(name)) return run_harness();
   } catch (const std::exception& e) {
