@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -226,6 +228,7 @@ class Engine {
     r_ = c.residual != ref::Residual::none ? input(c, "residual") : nullptr;
     rb_ = c.residual == ref::Residual::add_bias ? input(c, "residual_bias") : nullptr;
     dy_ = c.direction == ref::Direction::backward ? input(c, "dy") : nullptr;
+    stats_spec_ = spec();
   }
 
   Knobs spec() const {
@@ -306,20 +309,31 @@ class Engine {
       for (std::int64_t row = 0; row < g_.rows; ++row)
         for (std::int64_t j = 0; j < n; ++j) h[off(row, j)] = h_at(row, j, nullptr);
     }
-    for (std::int64_t ri = 0; ri < RS; ++ri)
-      for (std::int64_t j = 0; j < n; ++j) {
-        const std::size_t ci = static_cast<std::size_t>(ri * n + j);
-        const LD hv = h_at(l.rows[ri], j, r_ ? &hout[ci] : nullptr);
-        if (!groups) h[ci] = hv;
-      }
+    // h, residual_out's h and the row statistics of the spec's statistics knobs are shared by
+    // every dialect that keeps them (weights, contracts' later points, dx terms, reductions...).
+    const bool shared = !groups && same_h_and_stats(k, stats_spec_);
+    const bool reuse = shared && stats_cache_ && stats_cache_->rows == l.rows;
+    std::vector<RowStat> st;
+    if (reuse) {
+      h = stats_cache_->h;
+      hout = stats_cache_->hout;
+      st = stats_cache_->st;
+    } else {
+      for (std::int64_t ri = 0; ri < RS; ++ri)
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::size_t ci = static_cast<std::size_t>(ri * n + j);
+          const LD hv = h_at(l.rows[ri], j, r_ ? &hout[ci] : nullptr);
+          if (!groups) h[ci] = hv;
+        }
+    }
     auto h_of = [&](std::int64_t ri, std::int64_t j) {
       return groups ? h[off(l.rows[ri], j)] : h[static_cast<std::size_t>(ri * n + j)];
     };
 
     // Statistics: per selected row, or per group of another set of dims (all groups).
     std::vector<std::int64_t> group_of;
-    std::vector<RowStat> st;
-    if (groups) {
+    if (reuse) {
+    } else if (groups) {
       ref::Case lc;
       lc.axes = *k.stat_dims;
       lc.inputs["x"] = ref::Tensor{x_->dtype, x_->shape, {}};
@@ -338,6 +352,7 @@ class Engine {
       st.reserve(static_cast<std::size_t>(RS));
       for (std::int64_t ri = 0; ri < RS; ++ri)
         st.push_back(row_stats(&h[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
+      if (shared) stats_cache_ = StatsCache{l.rows, h, hout, st};
     }
     auto stat_of = [&](std::int64_t ri, std::int64_t j) -> const RowStat& {
       return groups ? st[group_of[off(l.rows[ri], j)]] : st[ri];
@@ -497,11 +512,15 @@ class Engine {
     return p;
   }
 
-  // Computes the spec's column sums on every row (for dialects evaluated on a sample of rows).
-  void prime_columns(const Knobs& spec, const Layout& all) {
+  // Computes the spec's column sums on every row (for dialects evaluated on a sample of rows);
+  // returns the spec's predictions on every row.
+  Predictions prime_columns(const Knobs& spec, const Layout& all) {
     spec_ = spec;
-    (void)run(spec, all);
+    return run(spec, all);
   }
+
+  // Whether k differs from the spec at most in how column sums are reduced.
+  bool reduction_only(const Knobs& k) const { return spec_ && same_statistics(k, *spec_); }
 
   std::size_t off(std::int64_t row, std::int64_t j) const {
     return static_cast<std::size_t>(g_.row_base[row] + g_.col_delta[j]);
@@ -511,11 +530,25 @@ class Engine {
   struct Columns {
     std::vector<LD> dw, db, drb, dw_a, db_a, drb_a;
   };
+  // h, residual_out's h and the statistics of the rows `rows` under the spec's statistics knobs.
+  struct StatsCache {
+    std::vector<std::int64_t> rows;
+    std::vector<LD> h, hout;
+    std::vector<RowStat> st;
+  };
+  mutable std::optional<StatsCache> stats_cache_;
+  Knobs stats_spec_;  // spec(), set by the constructor
+
+  // Whether a and b give the same h, residual_out's h and row statistics (Engine::run's first
+  // passes read exactly these knobs).
+  static bool same_h_and_stats(const Knobs& a, const Knobs& b) {
+    return a.res == b.res && a.pts.h == b.pts.h && a.h_round_x == b.h_round_x && a.res_out == b.res_out &&
+           a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
+           a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype &&
+           a.rstd_round == b.rstd_round && a.stat_dims == b.stat_dims;
+  }
   mutable std::optional<Columns> cols_;
   std::optional<Knobs> spec_;
-
-  // Whether k differs from the spec at most in how column sums are reduced.
-  bool reduction_only(const Knobs& k) const { return spec_ && same_statistics(k, *spec_); }
 
  public:
   // Whether a and b give the same values for every output of this case (then a dialect need not
@@ -781,6 +814,13 @@ std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& g
 // values): they differ by more than kSameWithin allowance and round to different values of the output's
 // dtype. A fault whose values round like the spec's (a rounding point to the output dtype just
 // before the output's own rounding) cannot be seen in the outputs.
+// Whether two scores are those of identical predictions could be (a cheap test before hashing).
+bool same_score(const Score& a, const Score& b) {
+  const bool nan_a = std::isnan(a.score), nan_b = std::isnan(b.score);
+  return (a.score == b.score || (nan_a && nan_b)) && a.beyond == b.beyond && a.worst_index == b.worst_index &&
+         a.worst_output == b.worst_output && a.distinct == b.distinct;
+}
+
 bool distinguishable(const fix::FixtureCase& fc, const Outputs& got,
                      const std::map<std::string, OutputAllowance>& allow, const Layout& lay,
                      const Predictions* a, const Predictions* b, const Predictions& spec) {
@@ -1400,6 +1440,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   const Layout all = engine->layout(nullptr);
   Layout lay = all;
   double s_spec = 0;
+  std::optional<Predictions> full_spec;  // the spec on every row, when a sample is scored
   const std::size_t numel = input(c, "x")->data.size();
   // The sample: the rows where the outputs depart most from the spec (at most sample_rows, and
   // at most an eighth of the rows, at least one) and as many spread over the case when it has
@@ -1417,7 +1458,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       for (double r : ratios) s_spec = std::max(s_spec, r);  // every forward output is per row
     } else {
       s_spec = spec_score(fc, got, allow);  // column sums too
-      engine->prime_columns(spec, all);
+      full_spec = engine->prime_columns(spec, all);
     }
     std::vector<std::int64_t> order(R);
     for (std::size_t r = 0; r < R; ++r) order[r] = static_cast<std::int64_t>(r);
@@ -1435,13 +1476,12 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   const Ctx ctx{fc, c, got, spec, g, lay.rows};
   const bool sampled = !lay.all_rows;
   const Predictions spec_pred = engine->run(spec, lay);
-  const std::uint64_t spec_hash = hash_of(spec_pred);
 
   struct Entry {
     Diagnosis d;
     Knobs k;
     std::size_t panel_index = 0;
-    std::uint64_t hash = 0;
+    std::optional<std::uint64_t> hash;  // of the predictions on `lay`; computed where scores tie
     bool full = true;  // scored on every row (else a lower bound from the sample)
     Score score;
     std::optional<Predictions> pred;  // on `lay`, computed again where two entries must be compared
@@ -1457,20 +1497,49 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       continue;
     }
     std::optional<Entry> best;
+    std::vector<const Knobs*> run_already;  // this dialect's variants evaluated so far
     for (const auto& var : vars) {
       if (engine->same_semantics(var.k, spec)) continue;  // the spec itself on this case
+      // A variant that reads like an earlier one on this case (rstd_rounded_*'s two rstd outputs
+      // in backward, contracts that differ only in forward rounding points) predicts the same
+      // values: it scores the same and cannot be better.
+      if (std::any_of(run_already.begin(), run_already.end(),
+                      [&](const Knobs* k) { return engine->same_semantics(var.k, *k) && var.k.unwritten == k->unwritten; }))
+        continue;
+      run_already.push_back(&var.k);
       Predictions p;
       try {
         p = engine->run(var.k, lay);
       } catch (const std::exception&) {
         continue;
       }
-      const std::uint64_t h = hash_of(p);
-      if (h == spec_hash) continue;  // the spec itself on this case
-      // A dialect no output of this case can tell from the spec is not a diagnosis.
-      const Score sc = score_of(fc, got, allow, &lay, &p, &spec_pred);
+      // A dialect no output of this case can tell from the spec (the spec itself among them) is
+      // not a diagnosis: score_of says so (distinct). Hashes of the predictions are taken only
+      // where they are needed: two dialects whose predictions are identical score identically.
+      std::optional<std::uint64_t> h;
+      Score sc;
+      bool full = !sampled;
+      if (sampled && full_spec && engine->reduction_only(var.k)) {
+        // Backward, a dialect of the column reductions only: its dx is the spec's on every row
+        // and its column sums are over every row already, so it is scored exactly on every row.
+        h = hash_of(p);
+        Predictions pf = *full_spec;
+        for (const auto& [name, v] : p.values)
+          if (name == "dweight" || name == "dbias" || name == "dresidual_bias") pf.values[name] = v;
+        pf.slack = p.slack;
+        pf.grid = p.grid;
+        p = std::move(pf);
+        sc = score_of(fc, got, allow, &all, &p, &*full_spec);
+        full = true;
+      } else {
+        sc = score_of(fc, got, allow, &lay, &p, &spec_pred);
+      }
       if (!sc.distinct) continue;  // no output of this case can tell it from the spec
       if (best && !(sc.score < best->score.score)) continue;
+      const bool tie = std::any_of(all_entries.begin(), all_entries.end(), [&](const Entry& e) {
+        return same_score(e.score, sc);
+      });
+      if (tie && !h) h = hash_of(p);
       Diagnosis r;
       r.dialect = d.info.name;
       r.fault_class = d.info.fault_class;
@@ -1488,11 +1557,20 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       } else if (r.dialect == "rstd_rounded_bf16" || r.dialect == "rstd_rounded_fp16") {
         r.parameters.clear();
       }
-      best = Entry{std::move(r), var.k, di, h, !sampled, sc, std::nullopt};
+      best = Entry{std::move(r), var.k, di, h, full, sc,
+                   full && sampled ? std::optional<Predictions>(std::move(p)) : std::nullopt};
     }
     if (!best) continue;
-    auto dup = std::find_if(all_entries.begin(), all_entries.end(),
-                            [&](const Entry& e) { return e.hash == best->hash; });
+    // On a sample of rows two dialects may agree there and not elsewhere (a fitted eps mimics
+    // any statistics fault on one row): they are merged only after the full evaluation.
+    auto dup = all_entries.end();
+    if (!sampled && best->hash) {
+      for (auto it = all_entries.begin(); it != all_entries.end() && dup == all_entries.end(); ++it) {
+        if (!same_score(it->score, best->score)) continue;
+        if (!it->hash) it->hash = hash_of(engine->run(it->k, lay));
+        if (*it->hash == *best->hash) dup = it;
+      }
+    }
     if (dup != all_entries.end()) {
       dup->d.same_as.push_back(best->d.dialect);
       continue;
@@ -1507,7 +1585,6 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   std::stable_sort(all_entries.begin(), all_entries.end(), by_score);
   // Sampled: a sample score is a lower bound of the full one. Score the best on every row until
   // the best `full_evaluations` are exact (at most 3 more full evaluations).
-  std::optional<Predictions> full_spec;
   if (sampled) {
     int evaluated = 0;
     for (;;) {
