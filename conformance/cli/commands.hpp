@@ -22,5 +22,7 @@ Runner add_fixtures_command(CLI::App& app);
 Runner add_worker_command(CLI::App& app);
 // candidates, run, check; argv_all (the arguments after the program name) goes into results files.
 Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all);
+// prop (property_tests/); argv_all as for run.
+Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all);
 
 }  // namespace normcheck::cli

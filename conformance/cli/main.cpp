@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   normcheck::cli::Runner run_worker = normcheck::cli::add_worker_command(app);
   std::vector<std::string> args(argv + 1, argv + argc);
   normcheck::cli::Runner run_harness = normcheck::cli::add_run_commands(app, args);
+  normcheck::cli::Runner run_prop = normcheck::cli::add_prop_command(app, args);
 
   try {
     app.parse(argc, argv);
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("reference")) return run_reference();
     if (app.got_subcommand("fixtures")) return run_fixtures();
     if (app.got_subcommand("worker")) return run_worker();
+    if (app.got_subcommand("prop")) return run_prop();
     for (const char* name : {"candidates", "run", "check"})
       if (app.got_subcommand(name)) return run_harness();
   } catch (const std::exception& e) {
