@@ -178,7 +178,7 @@ void row_independence(Context& ctx) {
   const auto d = draw_case(ctx.cand.info().caps, ctx.limits);
   const auto g = ref::geometry_of(d.c);
   RC_PRE(g.rows >= 2);
-  const std::int64_t row = *rc::gen::inRange<std::int64_t>(0, g.rows);
+  const std::int64_t row = static_cast<std::int64_t>(draw_index(static_cast<std::size_t>(g.rows)));
   ref::Case changed = d.c;
   // -v/2 + 1/4: every value moves (no fixed point in any dtype), nothing overflows.
   change_row(changed, g, row, [](double v) { return -0.5 * v + 0.25; });
@@ -223,8 +223,8 @@ void batch_invariance(Context& ctx) {
   const auto g = ref::geometry_of(d.c);
   RC_PRE(g.rows >= 2);
   // The row: the last (where launch grids run out), the first, or any.
-  const int where = *rc::gen::weightedElement<int>({{2, 0}, {1, 1}, {1, 2}});
-  const std::int64_t row = where == 0 ? g.rows - 1 : where == 1 ? 0 : *rc::gen::inRange<std::int64_t>(0, g.rows);
+  const int where = static_cast<int>(std::vector<int>{0, 0, 1, 2}[draw_index(4)]);
+  const std::int64_t row = where == 0 ? g.rows - 1 : where == 1 ? 0 : static_cast<std::int64_t>(draw_index(static_cast<std::size_t>(g.rows)));
   const ref::Case alone = single_row(d.c, g, row);
   const conf::Outputs batch = run_candidate(ctx, d.c, d.family);
   const conf::Outputs one = run_candidate(ctx, alone, d.family);
@@ -252,7 +252,7 @@ void layout_invariance(Context& ctx) {
   std::vector<std::int64_t> divs;
   for (std::int64_t k = 1; k <= g.rows; ++k)
     if (g.rows % k == 0) divs.push_back(k);
-  const std::int64_t b = *rc::gen::elementOf(divs);
+  const std::int64_t b = draw_from(divs);
   const std::int64_t a = g.rows / b, H = g.cols;
   ref::Case t = d.c;
   t.axis = -1;

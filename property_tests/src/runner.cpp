@@ -32,7 +32,8 @@ class Listener final : public rc::detail::TestListener {
     if (d.result.type == rc::detail::CaseResult::Type::Success) ++tests_;
     if (progress_) progress_(tests_, shrinks_);
   }
-  void onShrinkTried(const rc::detail::CaseDescription&, bool accepted) override {
+  void onShrinkTried(const rc::detail::CaseDescription& d, bool accepted) override {
+    if (std::getenv("NORMCHECK_PROP_DEBUG")) fmt::print(stderr, "shrink tried: {} {}\n", accepted, d.result.description.substr(0, 300));
     if (accepted) ++shrinks_;
     if (progress_) progress_(tests_, shrinks_);
   }
@@ -109,8 +110,11 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
     // Every drawn case was declined or did not fit the property: nothing was tested.
     r.verdict = PropVerdict::unsupported;
     r.tests = gave_up.numSuccess;
-    r.message = fmt::format("gave up after {} tests: too many drawn cases were declined or did not apply ({})",
-                            gave_up.numSuccess, gave_up.description);
+    // RapidCheck's description is "FILE:LINE:\n<the last discard's message>": keep the message.
+    std::string why = gave_up.description;
+    if (const auto nl = why.find_last_of('\n'); nl != std::string::npos) why = why.substr(nl + 1);
+    r.message = fmt::format("gave up after {} tests: the drawn cases were declined or did not apply (last: {})",
+                            gave_up.numSuccess, why);
   } else if (result.match(error)) {
     throw std::runtime_error(fmt::format("property {}: {}", p.name, error.description));
   }

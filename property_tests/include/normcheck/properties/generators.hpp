@@ -57,6 +57,14 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& limits);
 // entry). Throws fix::FixtureError when the entry is not a valid case.
 DrawnCase materialize_entry(const nlohmann::json& entry, std::uint64_t seed);
 
+// An index in [0, n), shrinking towards 0 (RapidCheck's elementOf/element do not shrink), small
+// at small sizes. Lists are ordered simplest first. Discards the test when n is 0.
+std::size_t draw_index(std::size_t n);
+template <class T>
+T draw_from(const std::vector<T>& v) {
+  return v[draw_index(v.size())];
+}
+
 // A hidden size: 1..3 weighted up, small sizes, odd sizes, powers of two and their neighbours,
 // any size up to `max` (shrinks towards 1).
 std::int64_t draw_hidden(std::int64_t max);
