@@ -121,10 +121,17 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     opt.max_hidden = a.max_hidden;
     opt.reproduce = a.reproduce;
     opt.shrink = !a.no_shrink;
+    int last_logged = 0;
     if (tty)
       opt.progress = [&](int tests, int shrinks) {
         fmt::print(stderr, "\r\033[K{} {}: {} tests{}", a.candidate, p->name, tests,
                    shrinks ? fmt::format(", {} shrinks", shrinks) : std::string());
+      };
+    else  // a log: one line per 1000 passed tests, so that a long run killed early says how far it got
+      opt.progress = [&](int tests, int) {
+        if (tests % 1000 != 0 || tests == last_logged) return;
+        last_logged = tests;
+        fmt::print(stderr, "{} {}: {} tests passed\n", a.candidate, p->name, tests);
       };
     prop::PropertyResult r;
     try {
