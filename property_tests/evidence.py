@@ -50,6 +50,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--mutants", action="store_true")
     ap.add_argument("--correct", action="store_true")
+    ap.add_argument("--reference-free", action="store_true",
+                    help="mutants against every property but agreement: which relations catch them without the reference")
     ap.add_argument("--only", action="append", default=[], help="only these candidates (builtin:NAME)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -80,6 +82,16 @@ def main():
             rows_cols = summary.split("(")[1].split(")")[0] if "(" in summary else ""
             print(f"| `{m}` | {caught['name']} | {caught['tests'] + 1} | {cx.get('shape')} | {rows_cols} | "
                   f"{total:.1f} |", flush=True)
+    if a.reference_free:
+        others = [p for p in props if p != "agreement"]
+        print("| mutant | properties that catch it (tests needed) | seconds |")
+        print("|---|---|---|")
+        for m in a.only or candidates(a.normcheck, "mutant"):
+            res, secs, _ = run_prop(a.normcheck, m, others, a.tests, a.seed,
+                                    os.path.join(a.out, m.replace(":", "_") + ".reference_free.json"), save)
+            caught = [f"{pr['name']} ({pr['tests'] + 1})" for pr in res["properties"]
+                      if pr["verdict"] in ("FAILED", "CRASHED")]
+            print(f"| `{m}` | {', '.join(caught) if caught else 'none'} | {secs:.1f} |", flush=True)
     if a.correct:
         print("| candidate | property | verdict | tests | seconds |")
         print("|---|---|---|---|---|")
