@@ -32,8 +32,7 @@ class Listener final : public rc::detail::TestListener {
     if (d.result.type == rc::detail::CaseResult::Type::Success) ++tests_;
     if (progress_) progress_(tests_, shrinks_);
   }
-  void onShrinkTried(const rc::detail::CaseDescription& d, bool accepted) override {
-    if (std::getenv("NORMCHECK_PROP_DEBUG")) fmt::print(stderr, "shrink tried: {} {}\n", accepted, d.result.description.substr(0, 300));
+  void onShrinkTried(const rc::detail::CaseDescription&, bool accepted) override {
     if (accepted) ++shrinks_;
     if (progress_) progress_(tests_, shrinks_);
   }
