@@ -39,5 +39,7 @@ int write_report(const ReportFlags& flags, const std::vector<std::pair<std::stri
                  bool force);
 // 2 with a message when a report file exists and `force` is not given (checked before a run).
 int check_report_targets(const ReportFlags& flags, bool force);
+// prop (property_tests/); argv_all as for run.
+Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all);
 
 }  // namespace normcheck::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   normcheck::cli::Runner run_harness = normcheck::cli::add_run_commands(app, args);
   normcheck::cli::Runner run_report = normcheck::cli::add_report_command(app);
   normcheck::cli::Runner run_audit = normcheck::cli::add_audit_command(app, args);
+  normcheck::cli::Runner run_prop = normcheck::cli::add_prop_command(app, args);
 
   try {
     app.parse(argc, argv);
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("worker")) return run_worker();
     if (app.got_subcommand("report")) return run_report();
     if (app.got_subcommand("audit")) return run_audit();
+    if (app.got_subcommand("prop")) return run_prop();
     for (const char* name : {"candidates", "run", "check"})
       if (app.got_subcommand(name)) return run_harness();
   } catch (const std::exception& e) {

@@ -199,6 +199,10 @@ class PluginCandidate final : public Candidate {
   const CandidateInfo& info() const override { return info_; }
   std::optional<std::string> declines(const ref::Case& c) const override;
   Outputs run(const ref::Case& c) override;
+  bool set_output_sentinel(double value) override {
+    sentinel_ = value;
+    return true;
+  }
 
  private:
   std::mutex& lock() const;
@@ -207,6 +211,7 @@ class PluginCandidate final : public Candidate {
   CandidateInfo info_;
   void* state_ = nullptr;
   std::optional<std::string> init_error_;  // every case is declined with it
+  double sentinel_ = std::numeric_limits<double>::quiet_NaN();  // outputs' fill before run
 };
 
 class DecliningCandidate final : public Candidate {
@@ -430,9 +435,10 @@ Outputs PluginCandidate::run(const ref::Case& c) {
   for (const auto& [name, spec] : specs) {
     covered(name, spec.dtype, d.dtypes | d.compute_dtypes);
     auto& b = out_buffers.emplace_back(spec.dtype, spec.shape);
-    // The sentinel: an element the candidate never writes stays NaN and cannot pass.
-    for (std::int64_t i = 0; i < b.numel(); ++i)
-      ref::store_native(std::numeric_limits<double>::quiet_NaN(), spec.dtype, b.at(i));
+    // The sentinel: an element the candidate never writes stays NaN and cannot pass (or holds
+    // the second pattern set by set_output_sentinel, rounded to the output's dtype).
+    const double fill = std::isnan(sentinel_) ? sentinel_ : ref::round_to(sentinel_, spec.dtype);
+    for (std::int64_t i = 0; i < b.numel(); ++i) ref::store_native(fill, spec.dtype, b.at(i));
     outputs.push_back({name.c_str(), b.view(), 0});
   }
 

@@ -437,7 +437,9 @@ class Evaluator {
         // IEEE: the mean is the sum of the infinities (NaN if mixed), everything else NaN.
         if (ln) {
           double m = 0;
-          for (double h : r.h) if (!std::isfinite(h)) m += h;
+          // A wide element (h not a binary64: placeholder NaN in r.h, value in r.hq) is finite.
+          for (std::int64_t col = 0; col < g_.cols; ++col)
+            if (!r.wide[col] && !std::isfinite(r.h[col])) m += r.h[col];
           set_ieee(mean, row, r.has_nan ? kNaN : m);
         }
         set_ieee(rstd, row, kNaN);
@@ -447,7 +449,8 @@ class Evaluator {
       if (r.has_inf) {  // RMSNorm: rstd = 1/sqrt(inf) = 0, finite h give signed zeros
         set_ieee(rstd, row, 0.0);
         for (std::int64_t col = 0; col < g_.cols; ++col) {
-          const double xhat = r.h[col] * 0.0;  // NaN for the infinite ones
+          // NaN for the infinite ones; a wide element is finite (its sign from r.hq).
+          const double xhat = r.wide[col] ? (r.hq[col] < 0 ? -0.0 : 0.0) : r.h[col] * 0.0;
           double v = xhat;
           if (w_) v = v * (c_.weight_offset + w_->data[col]);
           if (b_) v = v + b_->data[col];

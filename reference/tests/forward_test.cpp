@@ -172,6 +172,28 @@ TEST(Forward, NonFiniteInputStaysInItsRow) {
   }
 }
 
+// A row holding +inf whose other h = x + residual + residual_bias are not binary64 values (a
+// float64 residual_bias): those h are finite, so the LayerNorm mean is +inf (IEEE) and RMSNorm's
+// y is the bias there. Found by the property tests (the mean came out NaN, RMSNorm's y NaN).
+TEST(Forward, InfiniteRowWithWideResidualSums) {
+  for (Op op : {Op::layernorm, Op::rmsnorm}) {
+    Case c = simple_case(op, 1, 2, {INFINITY, 1.0});
+    c.residual = Residual::add_bias;
+    c.dtype_param = DType::float64;
+    c.inputs["residual"] = testing::tensor(DType::float32, {1, 2}, {0.5, 0.25});
+    c.inputs["residual_bias"] = testing::tensor(DType::float64, {2}, {0.1, 0.2});  // 1.25 + 0.2: not a binary64 sum
+    set_affine(c, {1.0, 1.0}, {0.5, 0.75});
+    const Result r = evaluate(c);
+    if (op == Op::layernorm) {
+      EXPECT_EQ(r.outputs.at("mean").value.data[0], INFINITY);
+    } else {
+      EXPECT_EQ(r.outputs.at("rstd").value.data[0], 0.0);
+      EXPECT_TRUE(std::isnan(r.outputs.at("y").value.data[0]));
+      EXPECT_EQ(r.outputs.at("y").value.data[1], 0.75);
+    }
+  }
+}
+
 TEST(Forward, FastPathAgreesWithMpfrEverywhere) {
   std::mt19937_64 rng(14);
   Options slow;

@@ -14,7 +14,9 @@
  * Tensors are host memory. Inputs are read-only. Outputs are allocated by the host, dense and
  * row-major, and filled with a sentinel (NaN) before `run`, so an element the candidate never
  * writes cannot pass by accident; the candidate sets `written` = 1 on each output it produces
- * (one left at 0 is reported MISSING). A GPU plugin copies data to and from its device itself.
+ * (one left at 0 is reported MISSING); the property tests (`normcheck prop`) call a second time
+ * with another fill pattern, so an element never written shows even where NaN is expected. A
+ * GPU plugin copies data to and from its device itself.
  * Host buffers start on a 64-byte boundary; every pointer the host passes (case, tensors, names,
  * shapes) is valid only during the call.
  *

@@ -83,6 +83,16 @@ class Candidate {
   // Computes the outputs of one case (inputs in c.inputs). Throws CandidateError (CRASHED) or
   // CandidateTimeout (TIMEOUT).
   virtual Outputs run(const ref::Case& c) = 0;
+  // The value every output element holds before the candidate runs, where the transport
+  // allocates the outputs (the plugin transport; NaN by default, candidate.h). The property
+  // tests run a second time with another pattern (DESIGN.md, "Property tests"), so that an
+  // element the candidate never writes shows even where the expected value is NaN. NaN restores
+  // the default. Returns false where the transport cannot set it (built-ins and subprocesses
+  // allocate their outputs themselves).
+  virtual bool set_output_sentinel(double value) {
+    (void)value;
+    return false;
+  }
 };
 
 // Built-in candidates: every correct kernel and every mutant bundled with normcheck.

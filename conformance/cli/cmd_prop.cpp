@@ -1,0 +1,261 @@
+// `normcheck prop`: property-based conformance of one candidate (property_tests/README.md).
+// Parses arguments, runs the properties of property_tests/, prints each failure's shrunk
+// counterexample and its reproduce command, and writes counterexample fixtures and results.
+#include <fmt/core.h>
+#include <fnmatch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/runner.hpp"
+#include "normcheck/properties/properties.hpp"
+#include "normcheck/version.hpp"
+
+namespace normcheck::cli {
+namespace {
+
+struct PropArgs {
+  std::string candidate, save_failures, json, reproduce;
+  std::vector<std::string> globs;
+  int tests = 100, max_size = 100;
+  std::int64_t max_hidden = 8192;
+  std::uint64_t seed = 1;
+  bool force = false, isolate = false, list = false, no_shrink = false;
+  double timeout = 0;
+};
+
+std::string quote(const std::string& s) {
+  if (s.find_first_of(" \t'\"\\$`*?[]{}()<>|;&!#~") == std::string::npos && !s.empty()) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
+  return out;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("normcheck") : p.string();
+}
+
+int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
+  const auto& all = prop::properties();
+  if (a.list) {
+    for (const auto& p : all) fmt::print("  {:<28} {}\n", p.name, p.description);
+    return kExitOk;
+  }
+  if (a.candidate.empty()) {
+    fmt::print(stderr, "normcheck prop: --candidate SPEC is required\n");
+    return kExitBadInput;
+  }
+  if (a.tests < 1 || a.max_size < 1 || a.max_hidden < 1) {
+    fmt::print(stderr, "normcheck prop: --tests, --max-size and --max-hidden must be >= 1\n");
+    return kExitBadInput;
+  }
+  std::vector<const prop::Property*> chosen;
+  for (const auto& p : all) {
+    bool take = a.globs.empty();
+    for (const auto& g : a.globs) take |= ::fnmatch(g.c_str(), p.name.c_str(), 0) == 0;
+    if (take) chosen.push_back(&p);
+  }
+  if (chosen.empty()) {
+    fmt::print(stderr, "normcheck prop: no property matches --properties (normcheck prop --list names them)\n");
+    return kExitBadInput;
+  }
+  if (!a.reproduce.empty() && chosen.size() != 1) {
+    fmt::print(stderr, "normcheck prop: --reproduce replays one property: name it with --properties\n");
+    return kExitBadInput;
+  }
+  if (!a.json.empty() && !a.force && std::filesystem::exists(a.json)) {
+    fmt::print(stderr, "normcheck: {} exists; pass --force to replace it\n", a.json);
+    return kExitBadInput;
+  }
+  if (!a.save_failures.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.save_failures, ec);
+    if (ec || !std::filesystem::is_directory(a.save_failures)) {
+      fmt::print(stderr, "normcheck prop: --save-failures {}: cannot create the directory\n", a.save_failures);
+      return kExitBadInput;
+    }
+  }
+  std::unique_ptr<conf::Candidate> cand;
+  try {
+    conf::SpecOptions so;
+    so.isolate = a.isolate;
+    so.timeout_s = a.timeout;
+    so.self_exe = self_exe();
+    cand = conf::make_candidate(a.candidate, so);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "normcheck: {}\n", e.what());
+    return kExitBadInput;
+  }
+  std::string command = "normcheck";
+  for (const auto& w : argv_all) command += " " + quote(w);
+  const std::string isolation =
+      (a.isolate ? " --isolate" : "") + (a.timeout > 0 ? fmt::format(" --timeout {}", a.timeout) : std::string());
+  auto base_command = [&](const std::string& name) {
+    return fmt::format("normcheck prop --candidate {}{} --properties {} --seed {} --tests {} --max-size {}{}",
+                       quote(a.candidate), isolation, name, a.seed, a.tests, a.max_size,
+                       a.max_hidden != 8192 ? fmt::format(" --max-hidden {}", a.max_hidden) : std::string());
+  };
+
+  const bool tty = ::isatty(STDERR_FILENO);
+  using Json = nlohmann::ordered_json;
+  Json props = Json::array();
+  std::map<prop::PropVerdict, int> summary;
+  bool bad_input = false;
+  const auto t_start = std::chrono::steady_clock::now();
+  for (const auto* p : chosen) {
+    prop::Options opt;
+    opt.tests = a.tests;
+    opt.seed = a.seed;
+    opt.max_size = a.max_size;
+    opt.max_hidden = a.max_hidden;
+    opt.reproduce = a.reproduce;
+    opt.shrink = !a.no_shrink;
+    int last_logged = 0;
+    if (tty)
+      opt.progress = [&](int tests, int shrinks) {
+        fmt::print(stderr, "\r\033[K{} {}: {} tests{}", a.candidate, p->name, tests,
+                   shrinks ? fmt::format(", {} shrinks", shrinks) : std::string());
+      };
+    else  // a log: one line per 1000 passed tests, so that a long run killed early says how far it got
+      opt.progress = [&](int tests, int) {
+        if (tests % 1000 != 0 || tests == last_logged) return;
+        last_logged = tests;
+        fmt::print(stderr, "{} {}: {} tests passed\n", a.candidate, p->name, tests);
+      };
+    prop::PropertyResult r;
+    try {
+      r = prop::run_property(*p, *cand, opt);
+    } catch (const std::invalid_argument& e) {
+      if (tty) fmt::print(stderr, "\r\033[K");
+      fmt::print(stderr, "normcheck prop: {}\n", e.what());
+      return kExitBadInput;
+    }
+    if (tty) fmt::print(stderr, "\r\033[K");
+    ++summary[r.verdict];
+    const std::string reproduce_cmd =
+        r.reproduce.empty() ? std::string() : base_command(p->name) + " --reproduce " + quote(r.reproduce);
+    fmt::print("{:<11} {:<20} {} tests, {:.1f} s{}\n", prop::name_of(r.verdict), r.name, r.tests, r.seconds,
+               r.shrinks ? fmt::format(", shrunk in {} steps", r.shrinks) : std::string());
+    Json jp;
+    jp["name"] = r.name;
+    jp["description"] = r.description;
+    jp["verdict"] = prop::name_of(r.verdict);
+    jp["tests"] = r.tests;
+    jp["seed"] = r.seed;
+    jp["reproduce"] = reproduce_cmd;
+    jp["message"] = r.message;
+    jp["counterexample"] = nullptr;
+    if (r.verdict == prop::PropVerdict::unsupported) fmt::print("    {}\n", r.message);
+    if (r.failure) {
+      const auto& f = *r.failure;
+      fmt::print("    {}\n", f.message);
+      fmt::print("{}", prop::counterexample_text(f));
+      fmt::print("    reproduce: {}\n", reproduce_cmd);
+      const auto g = ref::geometry_of(f.replay);
+      Json cx;
+      cx["fixture"] = nullptr;
+      const std::string case_id = fmt::format("prop_{}_{}", r.name, slug(a.candidate)).substr(0, 128);
+      cx["case_id"] = case_id;
+      cx["shape"] = g.shape;
+      cx["summary"] = prop::case_summary(f.replay, f.family);
+      if (!a.save_failures.empty()) {
+        const std::string path = (std::filesystem::path(a.save_failures) / (case_id + ".h5")).string();
+        try {
+          fix::Provenance prov;
+          prov.generator_version = kVersion;
+          prov.reference_bits = ref::Options{}.max_bits;
+          prov.seed = a.seed;
+          prov.tier = "property";
+          prov.command = reproduce_cmd + " --save-failures " + quote(a.save_failures);
+          fix::FixtureWriter w(path, prov, a.force);
+          w.write(prop::counterexample_case(r, case_id));
+          w.commit();
+          cx["fixture"] = path;
+          fmt::print("    counterexample: {} (replay: normcheck run --candidate {}{} --fixtures {})\n", path,
+                     quote(a.candidate), isolation, quote(path));
+        } catch (const std::exception& e) {
+          fmt::print(stderr, "normcheck prop: {}\n", e.what());
+          bad_input = true;
+        }
+      }
+      jp["counterexample"] = std::move(cx);
+    }
+    jp["diagnosis"] = Json::array();
+    jp["shrinks"] = r.shrinks;
+    jp["seconds"] = r.seconds;
+    props.push_back(std::move(jp));
+    std::fflush(stdout);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (!a.json.empty()) {
+    Json j;
+    j["format"] = conf::kResultsFormat;
+    j["format_version"] = conf::kResultsFormatVersion;
+    j["mode"] = "prop";
+    j["generator"] = "normcheck";
+    j["generator_version"] = kVersion;
+    j["command"] = command;
+    const auto& in = cand->info();
+    Json cj{{"spec", in.name}, {"kind", conf::name_of(in.kind)}, {"description", in.description},
+            {"device", in.caps.device}};
+    if (in.kind == conf::CandidateKind::mutant) {
+      cj["fault_class"] = in.fault_class;
+      cj["fault"] = in.fault;
+    }
+    j["candidate"] = std::move(cj);
+    j["options"] = Json{{"tests", a.tests}, {"seed", a.seed}, {"max_size", a.max_size}, {"max_hidden", a.max_hidden}};
+    j["properties"] = std::move(props);
+    j["cases"] = Json::array();
+    Json s;
+    for (auto v : {prop::PropVerdict::passed, prop::PropVerdict::failed, prop::PropVerdict::unsupported,
+                   prop::PropVerdict::crashed})
+      s[std::string(prop::name_of(v))] = summary.count(v) ? summary[v] : 0;
+    j["summary"] = std::move(s);
+    j["seconds"] = seconds;
+    try {
+      conf::write_text_file(a.json, j.dump(1) + "\n", a.force);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "normcheck: {}\n", e.what());
+      return kExitBadInput;
+    }
+  }
+  if (bad_input) return kExitBadInput;
+  return summary[prop::PropVerdict::failed] + summary[prop::PropVerdict::crashed] > 0 ? kExitFailed : kExitOk;
+}
+
+}  // namespace
+
+Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
+  auto a = std::make_shared<PropArgs>();
+  auto* cmd = app.add_subcommand("prop", "Property-based conformance of a candidate: generated cases, metamorphic "
+                                         "relations, shrunk counterexamples as fixtures");
+  cmd->add_option("--candidate", a->candidate, "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...'");
+  cmd->add_option("--properties", a->globs, "Only properties whose name matches this glob (repeatable)");
+  cmd->add_option("--tests", a->tests, "Successful tests per property (default 100)");
+  cmd->add_option("--seed", a->seed, "RapidCheck seed (default 1: the same run every time)");
+  cmd->add_option("--max-size", a->max_size, "RapidCheck's size limit; sizes grow towards it (default 100)");
+  cmd->add_option("--max-hidden", a->max_hidden, "Largest normalized row drawn (default 8192)");
+  cmd->add_option("--save-failures", a->save_failures,
+                  "Write each counterexample as a one-case fixture file (schema v1) into this directory");
+  cmd->add_option("--json", a->json, "Write the results file (normcheck-results v1, mode prop) here");
+  cmd->add_option("--reproduce", a->reproduce, "Replay one failure from its reproduce string (with --properties)");
+  cmd->add_flag("--no-shrink", a->no_shrink, "Report the first failing case as drawn, without shrinking");
+  cmd->add_flag("--force", a->force, "Replace existing results and counterexample files");
+  cmd->add_flag("--isolate", a->isolate, "Run a plugin or builtin in a child process");
+  cmd->add_option("--timeout", a->timeout, "Seconds allowed per call of a subprocess candidate (0: none)");
+  cmd->add_flag("--list", a->list, "List the properties");
+  return [a, cmd, &argv_all]() { return cmd->parsed() ? run_prop(*a, argv_all) : kExitBadInput; };
+}
+
+}  // namespace normcheck::cli

@@ -1,0 +1,90 @@
+// Properties that any candidate (builtin:, plugin:, cmd:) must satisfy, checked with RapidCheck on
+// generated cases (generators.hpp), and the runner that shrinks a failure to a counterexample and
+// turns it into a one-case fixture file with certified expected values.
+//
+// Relations are of two kinds (property_tests/README.md):
+// - bitwise: identical raw bits (+0 and -0 differ; any NaN equals any NaN): determinism, row
+//   independence, batch-size and layout invariance. A kernel is its own oracle there.
+// - within tolerance: agreement with the certified reference under the tolerance model, and
+//   metamorphic relations whose two sides have the same exact value; the slack is the sum of the
+//   two sides' allowances from conf::derive_allowances, never a guessed constant.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/checker.hpp"
+#include "normcheck/fixtures/hdf5_io.hpp"
+#include "normcheck/properties/generators.hpp"
+
+namespace normcheck::prop {
+
+enum class PropVerdict { passed, failed, unsupported, crashed };
+std::string_view name_of(PropVerdict v);  // "PASSED", "FAILED", "UNSUPPORTED", "CRASHED"
+
+// What a failing test leaves behind: the case to replay (the one whose outputs break the
+// relation, or disagree with the reference where one does) and what went wrong.
+struct Failure {
+  std::string message;       // the relation that broke, with the numbers
+  ref::Case replay;          // the counterexample as a case (inputs included)
+  std::string family;        // value family of x
+  bool crashed = false;      // the candidate threw (CandidateError / CandidateTimeout)
+  // The replayed case checked against the reference: FAILED for a case `normcheck run` rejects;
+  // PASSED where only a bitwise or metamorphic relation breaks (each side within tolerance).
+  std::optional<conf::CaseResult> agreement;
+};
+
+// State one test of a property sees.
+struct Context {
+  conf::Candidate& cand;
+  CaseLimits limits;
+  std::optional<Failure>* last_failure;  // set by a failing test just before it throws
+};
+
+struct Property {
+  std::string name;
+  std::string description;
+  // One test: draws its case(s) inside RapidCheck, runs the candidate, fails with RC_FAIL.
+  std::function<void(Context&)> test;
+};
+const std::vector<Property>& properties();
+
+struct Options {
+  int tests = 100;                // successful tests per property
+  std::uint64_t seed = 1;
+  int max_size = 100;             // RapidCheck's size (sizes of early tests grow towards it)
+  std::int64_t max_hidden = 8192; // largest normalized row drawn
+  std::string reproduce;          // a `reproduce` string from an earlier failure: replay it only
+  bool shrink = true;
+  // Called after each test case (for a progress display): tests so far, shrinks so far.
+  std::function<void(int, int)> progress;
+};
+
+struct PropertyResult {
+  std::string name;
+  std::string description;
+  PropVerdict verdict = PropVerdict::passed;
+  int tests = 0;        // tests that passed (before the failure, if any)
+  int shrinks = 0;      // accepted shrinking steps
+  std::uint64_t seed = 0;
+  std::string reproduce;  // RapidCheck's reproduce string of the failure ("" when none)
+  std::string message;    // failure, give-up or crash reason
+  std::optional<Failure> failure;  // the shrunk counterexample
+  double seconds = 0;
+};
+
+PropertyResult run_property(const Property& p, conf::Candidate& cand, const Options& opt);
+
+// The counterexample as a fixture case: its inputs, the certified expected outputs of
+// ref::evaluate, category "property", a description naming the property and the failure.
+fix::FixtureCase counterexample_case(const PropertyResult& r, const std::string& case_id);
+
+// Text of a counterexample for people: the case attributes, every input value in decimal and hex
+// float (long tensors abbreviated to `max_values` values), and the agreement verdict.
+std::string counterexample_text(const Failure& f, std::size_t max_values = 64);
+
+}  // namespace normcheck::prop

@@ -1,0 +1,420 @@
+#include "normcheck/properties/generators.hpp"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <rapidcheck.h>
+
+#include "normcheck/fixtures/error.hpp"
+#include "normcheck/reference/contract.hpp"
+
+namespace normcheck::prop {
+namespace {
+
+using json = nlohmann::json;
+using ref::DType;
+
+template <class T>
+bool has(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// One of `choices`, drawn with the given weights; shrinks towards the first choice. Choices
+// with weight 0 are left out; an empty list discards the test case.
+template <class T>
+T pick(const std::vector<std::pair<int, T>>& choices) {
+  std::vector<std::size_t> slots;
+  for (std::size_t i = 0; i < choices.size(); ++i)
+    for (int k = 0; k < choices[i].first; ++k) slots.push_back(i);
+  if (slots.empty()) RC_DISCARD("no choice left for this field");
+  return choices[slots[draw_index(slots.size())]].second;
+}
+
+// Uniform in [lo, hi], shrinking towards lo. Unlike gen::inRange it ignores RapidCheck's size,
+// which ramps from 0 over the whole run and would keep the rarer choices of every list out of
+// all but the last tests; sizes are scaled where that is meant (draw_case, max_hidden).
+rc::Gen<std::int64_t> uniform(std::int64_t lo, std::int64_t hi) {
+  return rc::Gen<std::int64_t>([lo, hi](const rc::Random& random, int) {
+    const auto span = static_cast<std::uint64_t>(hi - lo) + 1;
+    const auto v = lo + static_cast<std::int64_t>(rc::Random(random).next() % span);
+    return rc::shrinkable::shrinkRecur(v, [lo](std::int64_t x) { return rc::shrink::towards<std::int64_t>(x, lo); });
+  });
+}
+
+std::int64_t pick_in(std::int64_t lo, std::int64_t hi) { return *uniform(lo, hi); }
+
+// The divisors of n (n >= 1), smallest first.
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> d;
+  for (std::int64_t k = 1; k * k <= n; ++k)
+    if (n % k == 0) {
+      d.push_back(k);
+      if (k != n / k) d.push_back(n / k);
+    }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+// A factorization of `rows` into `dims` leading dims (each >= 1).
+std::vector<std::int64_t> split_rows(std::int64_t rows, int dims) {
+  std::vector<std::int64_t> out;
+  std::int64_t left = rows;
+  for (int i = 0; i + 1 < dims; ++i) {
+    const auto d = draw_from(divisors(left));
+    out.push_back(d);
+    left /= d;
+  }
+  out.push_back(left);
+  return out;
+}
+
+// Dtypes in the order a shrink prefers them: float32 first.
+const std::vector<DType> kDtypeOrder{DType::float32, DType::bfloat16, DType::float16, DType::float64};
+
+DType pick_dtype(const std::vector<DType>& allowed, DType same, bool mixed) {
+  std::vector<std::pair<int, DType>> ch;
+  if (has(allowed, same)) ch.push_back({mixed ? 6 : 1, same});
+  if (mixed)
+    for (DType t : kDtypeOrder)
+      if (t != same && has(allowed, t)) ch.push_back({t == DType::float32 ? 3 : 1, t});
+  return pick(ch);
+}
+
+// large_mean rows need sigma above the dtype's spacing near the mean (CASES.md).
+double spacing_ratio_limit(DType t) {  // largest mean/sigma the dtype resolves: 2^(p-2)
+  return std::ldexp(1.0, ref::format_of(t).precision - 2);
+}
+
+json draw_x_family(const ref::Case& c, std::int64_t hidden, std::int64_t rows, bool nonfinite, std::string& name) {
+  const DType t = c.dtype_x;
+  const bool f16 = t == DType::float16;
+  enum Fam { ints, normal, large_mean, constant, near_constant, zeros, below_eps, fp16_overflow, subnormal,
+             mixed_const, nan_row, inf_row };
+  const bool block = c.block != ref::Block::none;
+  const Fam f = pick<Fam>({{3, ints},
+                           {6, normal},
+                           {3, large_mean},
+                           {2, constant},
+                           {1, near_constant},
+                           {1, zeros},
+                           {c.epsilon > 0 && !block ? 2 : 0, below_eps},
+                           {block ? 0 : 2, fp16_overflow},
+                           {block ? 0 : 1, subnormal},
+                           {rows > 1 ? 1 : 0, mixed_const},
+                           {nonfinite && !block ? 1 : 0, nan_row},
+                           {nonfinite && !block ? 1 : 0, inf_row}});
+  switch (f) {
+    case ints: {
+      name = "integers";
+      // A short list of small integers tiled over x: shrinks to zeros and ones.
+      const auto len = static_cast<std::size_t>(std::min<std::int64_t>(hidden * rows, 16));
+      // 0, 1, -1, 2, -2, ... 4, -4: shrinks towards 0.
+      auto v = *rc::gen::container<std::vector<std::int64_t>>(len, uniform(0, 8));
+      for (auto& k : v) k = k % 2 ? (k + 1) / 2 : -(k / 2);
+      return json{{"family", "values"}, {"values", v}};
+    }
+    case normal: {
+      name = "normal";
+      const double mean = pick<double>({{4, 0.0}, {2, 1.0}, {1, -3.0}, {1, 5.0}});
+      const double sd = pick<double>({{4, 1.0}, {2, 0.1}, {1, 4.0}, {1, 0.003}});
+      return json{{"family", "normal"}, {"mean", mean}, {"std", sd}};
+    }
+    case large_mean: {
+      name = "large_mean";
+      const double mean = pick<double>({{3, 1000.0}, {1, -100.0}, {1, 10000.0}, {1, 3.0}});
+      std::vector<std::pair<int, double>> conds;
+      for (double k : {100.0, 1e3, 1e4, 1e5, 1e6})
+        if (k <= spacing_ratio_limit(t) && (!f16 || mean * 6 < 60000)) conds.push_back({1, k});
+      const double cond = pick(conds);
+      if (f16 && std::fabs(mean) > 10000) RC_DISCARD("float16 mean out of range");
+      return json{{"family", "large_mean"}, {"mean", mean}, {"cond", cond}};
+    }
+    case constant: {
+      name = "constant";
+      const double v = pick<double>({{3, 1.0}, {1, 0.0}, {1, -2.5}, {1, 768.0}, {1, 0.1}});
+      return json{{"family", "constant"}, {"value", v}};
+    }
+    case near_constant: {
+      name = "near_constant";
+      const double v = pick<double>({{2, 1.0}, {1, 100.0}, {1, -0.3}});
+      return json{{"family", "near_constant"}, {"value", v}, {"ulps", pick_in(1, 4)}};
+    }
+    case zeros: name = "zeros"; return json{{"family", "zeros"}};
+    case below_eps: {
+      name = "variance_below_eps";
+      const double ratio = pick<double>({{2, 1e-4}, {1, 1e-2}, {1, 1.0}});
+      return json{{"family", "variance_below_eps"}, {"ratio", ratio}};
+    }
+    case fp16_overflow: {
+      name = "fp16_near_overflow";
+      const double hi = pick<double>({{2, 2000.0}, {1, 65504.0}});
+      return json{{"family", "fp16_near_overflow"}, {"lo", 256.0}, {"hi", hi}};
+    }
+    case subnormal: name = "subnormal"; return json{{"family", "subnormal"}, {"fraction", pick<double>({{1, 0.5}, {1, 1.0}})}};
+    case mixed_const:
+      name = "mixed_constant_rows";
+      return json{{"family", "mixed"},
+                  {"parts", json::array({json{{"family", "constant"}, {"value", 2.0}}, json{{"family", "normal"}}})}};
+    case nan_row: name = "nan_row"; return json{{"family", "nan_row"}};
+    case inf_row: name = "inf_row"; return json{{"family", "inf_row"}};
+  }
+  return json{{"family", "normal"}};
+}
+
+}  // namespace
+
+std::size_t draw_index(std::size_t n) {
+  if (n == 0) RC_DISCARD("no choice left for this field");
+  return static_cast<std::size_t>(pick_in(0, static_cast<std::int64_t>(n) - 1));
+}
+
+std::int64_t draw_hidden(std::int64_t max) {
+  max = std::max<std::int64_t>(max, 1);
+  enum Kind { tiny, small, odd, pow2, any };
+  const Kind k = pick<Kind>({{4, tiny}, {4, small}, {2, odd}, {3, pow2}, {1, any}});
+  std::int64_t h = 1;
+  switch (k) {
+    case tiny: h = pick_in(1, 3); break;
+    case small: h = pick_in(4, 32); break;
+    case odd: h = 2 * pick_in(0, std::max<std::int64_t>(0, (max - 1) / 2)) + 1; break;
+    case pow2: {
+      const int e = static_cast<int>(pick_in(1, 13));
+      h = (std::int64_t{1} << e) + pick<std::int64_t>({{1, 0}, {1, -1}, {1, 1}});
+      break;
+    }
+    case any: h = pick_in(1, max); break;
+  }
+  if (h > max) RC_DISCARD("hidden size above the limit");
+  return h;
+}
+
+std::int64_t draw_rows(std::int64_t hidden, std::int64_t max_elements, bool many) {
+  // One list, smallest first, so that a shrink walks down through every smaller count (and the
+  // smaller thresholds) towards one row: 1..8 (weight 8 each), 9..64 (1 each), the thresholds
+  // where kernels switch code paths (3 each).
+  const std::int64_t cap = std::max<std::int64_t>(1, max_elements / hidden);
+  std::vector<std::pair<int, std::int64_t>> choices;
+  for (std::int64_t r = 1; r <= std::min<std::int64_t>(8, cap); ++r) choices.push_back({8, r});
+  for (std::int64_t r = 9; r <= std::min<std::int64_t>(64, cap); ++r) choices.push_back({1, r});
+  for (std::int64_t r : {255, 256, 257, 1023, 1024, 1025, 4096})
+    if (r * hidden <= max_elements) choices.push_back({3, r});
+  if (many && hidden <= 3)
+    for (std::int64_t r : {65535, 65536, 65537}) choices.push_back({6, r});
+  return pick(choices);
+}
+
+DrawnCase materialize_entry(const json& entry, std::uint64_t seed) {
+  DrawnCase d;
+  d.entry = entry;
+  d.seed = seed;
+  d.spec = fix::parse_case_entry(entry, "generated");
+  d.c = fix::materialize(d.spec, seed);
+  return d;
+}
+
+DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
+  json e;
+  e["id"] = "prop";
+  // op
+  std::vector<std::pair<int, ref::Op>> ops;
+  for (ref::Op o : {ref::Op::layernorm, ref::Op::rmsnorm})
+    if (has(caps.ops, o) && (lim.ops.empty() || has(lim.ops, o))) ops.push_back({1, o});
+  const ref::Op op = pick(ops);
+  e["op"] = ref::name_of(op);
+  // block or plain
+  const bool block = lim.blocks && caps.blocks && pick<bool>({{9, false}, {1, true}});
+  // direction
+  std::vector<std::pair<int, ref::Direction>> dirs;
+  for (auto [w, d] : {std::pair{3, ref::Direction::forward}, std::pair{1, ref::Direction::backward}})
+    if (has(caps.directions, d) && (lim.backward || d == ref::Direction::forward) &&
+        (lim.directions.empty() || has(lim.directions, d)))
+      dirs.push_back({w, d});
+  const ref::Direction dir = pick(dirs);
+  e["direction"] = ref::name_of(dir);
+
+  // dtypes
+  const DType dx = pick_dtype(caps.dtypes, DType::float32, true);
+  const bool mixed = lim.mixed_dtypes && !block;
+  const DType dp = pick_dtype(caps.dtypes, dx, mixed);
+  const DType dout = pick_dtype(caps.dtypes, dx, mixed);
+  const DType dc = pick_dtype(caps.compute_dtypes, DType::float32, true);
+  e["dtype_x"] = ref::name_of(dx);
+  e["dtype_param"] = ref::name_of(dp);
+  e["dtype_out"] = ref::name_of(dout);
+  e["dtype_compute"] = ref::name_of(dc);
+
+  // epsilon
+  const double eps = pick<double>({{4, 1e-5}, {2, 1e-6}, {1, 1e-12}, {1, 0.0}, {2, 1e-2}, {1, 1.0}});
+  e["epsilon"] = eps;
+
+  // affine and offset
+  std::vector<std::pair<int, ref::Affine>> affines;
+  for (auto [w, a] : {std::pair{1, ref::Affine::none}, std::pair{2, ref::Affine::weight},
+                      std::pair{lim.unit_affine ? 0 : 4, ref::Affine::weight_bias}})
+    if (lim.affines.empty() || has(lim.affines, a)) affines.push_back({w, a});
+  const ref::Affine affine = pick(affines);
+  e["affine"] = ref::name_of(affine);
+  double offset = 0;
+  if (affine != ref::Affine::none && caps.weight_offset) offset = pick<double>({{4, 0.0}, {1, 1.0}});
+  if (offset != 0) e["weight_offset"] = offset;
+
+  // shape and normalized dims
+  std::int64_t hidden = 1, rows = 1;
+  std::vector<std::int64_t> shape;
+  json inputs = json::object();
+  if (block) {
+    const ref::Block b = pick<ref::Block>(
+        {{1, ref::Block::post}, {1, ref::Block::pre}, {1, ref::Block::sandwich}, {1, ref::Block::deepnorm}});
+    e["block"] = ref::name_of(b);
+    if (b == ref::Block::deepnorm) e["alpha"] = pick<double>({{1, 2.0}, {1, 0.5}, {1, 1.5}});
+    e["layers"] = pick_in(1, 2);
+    e["activation"] = pick<std::string>({{1, "relu"}, {1, "gelu"}});
+    hidden = pick_in(1, 16);
+    rows = pick_in(1, 6);
+    e["ffn_hidden"] = pick_in(1, 16);
+    shape = {rows, hidden};
+  } else {
+    // RapidCheck's size (0 .. --max-size, growing over the run) scales the largest row: early
+    // tests are small, the last ones reach max_hidden.
+    const int size = *rc::gen::withSize([](int sz) { return rc::gen::just(sz); });
+    const std::int64_t max_hidden =
+        std::max<std::int64_t>(4, lim.max_hidden * std::min(size, 100) / 100);
+    hidden = draw_hidden(max_hidden);
+    rows = draw_rows(hidden, lim.max_elements, lim.many_rows);
+    enum Layout { last, axis_m2, axes_1 };
+    const bool general = lim.general_axes && caps.general_axes;
+    std::vector<std::pair<int, Layout>> layouts{{8, last}};
+    std::vector<std::int64_t> hdiv = divisors(hidden);
+    if (general && hidden > 1) layouts.push_back({1, axis_m2});
+    if (general) layouts.push_back({1, axes_1});
+    const Layout layout = pick(layouts);
+    const int lead = static_cast<int>(pick_in(rows == 1 && layout == last ? 0 : 1, 3));
+    if (layout == last) {
+      if (lead > 0) shape = split_rows(rows, lead);
+      shape.push_back(hidden);
+    } else if (layout == axis_m2) {
+      shape = split_rows(rows, std::max(lead, 1));
+      const auto h1 = draw_from(hdiv);
+      shape.push_back(h1);
+      shape.push_back(hidden / h1);
+      e["axis"] = -2;
+    } else {
+      const auto s = split_rows(rows, 2);
+      shape = {s[0], hidden, s[1]};
+      e["axes"] = json::array({1});
+    }
+  }
+  e["shape"] = shape;
+
+  // residual
+  if (!block && lim.residual && caps.residual) {
+    const ref::Residual r = pick<ref::Residual>(
+        {{lim.residual_required ? 0 : 6, ref::Residual::none}, {2, ref::Residual::add}, {1, ref::Residual::add_bias}});
+    if (r != ref::Residual::none) {
+      e["residual"] = ref::name_of(r);
+      e["dtype_residual"] = ref::name_of(pick_dtype(caps.dtypes, dx, mixed));
+      const double alpha = pick<double>({{4, 1.0}, {1, 0.5}, {1, 2.0}, {1, 1.25}});
+      if (alpha != 1) e["alpha"] = alpha;
+    }
+  }
+
+  if (lim.residual_required && !e.contains("residual")) RC_DISCARD("the candidate has no fused residual");
+
+  // contract
+  if (!block && lim.contracts) {
+    std::vector<std::pair<int, std::string>> cs{{8, "exact"}};
+    for (const char* name : {"llama", "gemma", "te", "te_wdtype", "onnx", "fused_add_lowp", "llama+fused_add_lowp"})
+      if (!conf::unsupported_reason(caps, [&] {
+             ref::Case probe;
+             probe.contract = name;
+             probe.dtype_x = probe.dtype_param = probe.dtype_out = probe.dtype_residual = caps.dtypes.front();
+             probe.dtype_compute = caps.compute_dtypes.front();
+             probe.op = caps.ops.front();
+             probe.direction = caps.directions.front();
+             probe.affine = ref::Affine::none;
+             probe.inputs["x"] = ref::Tensor{probe.dtype_x, {1, 1}, {0.0}};
+             return probe;
+           }()))
+        cs.push_back({1, name});
+    const std::string contract = pick(cs);
+    if (contract != "exact") e["contract"] = contract;
+  }
+
+  // value families
+  ref::Case probe;
+  probe.op = op;
+  probe.block = block ? ref::Block::post : ref::Block::none;
+  probe.epsilon = eps;
+  probe.dtype_x = dx;
+  std::string family;
+  inputs["x"] = draw_x_family(probe, hidden, rows, lim.nonfinite, family);
+  if (affine != ref::Affine::none) {
+    if (lim.unit_affine) {
+      inputs["weight"] = json{{"family", "constant"}, {"value", 1.0 - offset}};
+    } else {
+      const int kind = pick<int>({{4, 0}, {1, 1}, {1, 2}});
+      if (kind == 1) inputs["weight"] = json{{"family", "gemma_weight"}};
+      if (kind == 2) inputs["weight"] = json{{"family", "normal"}, {"mean", 1.0 - offset}, {"std", 1.0}};
+    }
+  }
+  e["inputs"] = inputs;
+  e["category"] = "property";
+  e["description"] = "generated by normcheck prop";
+
+  const auto seed = static_cast<std::uint64_t>(pick_in(0, 1 << 20));
+  DrawnCase d;
+  try {
+    d = materialize_entry(e, seed);
+  } catch (const fix::FixtureError& err) {
+    RC_DISCARD(std::string("not a valid case: ") + err.what());
+  }
+  d.family = family;
+  if (d.c.block != ref::Block::none && d.c.dtype_compute == DType::float16)
+    // The guard below sees x only; a block's FFN and residual sums overflow float16 beyond it
+    // (README.md, "Known limits": findings/deepnorm_block_float16_compute_overflow.h5).
+    RC_DISCARD("a block computed in float16: its intermediate sums are not bounded by the guard");
+  if (float16_sums_overflow(d.c)) RC_DISCARD("float16 compute: a row's sum of squares overflows");
+  if (auto why = conf::unsupported_reason(caps, d.c)) RC_DISCARD("candidate declines: " + *why);
+  return d;
+}
+
+bool float16_sums_overflow(const ref::Case& c) {
+  if (c.dtype_compute != DType::float16) return false;
+  const auto g = ref::geometry_of(c);
+  const auto& x = c.inputs.at("x").data;
+  const auto* res = c.inputs.count("residual") ? &c.inputs.at("residual").data : nullptr;
+  for (std::int64_t r = 0; r < g.rows; ++r) {
+    double sq = 0;
+    for (std::int64_t col = 0; col < g.cols; ++col) {
+      const auto k = static_cast<std::size_t>(g.row_base[static_cast<std::size_t>(r)] +
+                                              g.col_delta[static_cast<std::size_t>(col)]);
+      const double h = c.alpha * x[k] + (res ? (*res)[k] : 0.0);
+      if (std::isfinite(h)) sq += h * h;
+    }
+    if (sq > 0.5 * ref::max_finite(DType::float16)) return true;
+  }
+  return false;
+}
+
+std::string case_summary(const ref::Case& c, const std::string& family) {
+  const auto g = ref::geometry_of(c);
+  std::string s = fmt::format("{} {} shape [{}] normalized dims [{}] ({} rows of {})", ref::name_of(c.op),
+                              ref::name_of(c.direction), fmt::join(g.shape, ", "), fmt::join(g.norm_dims, ", "),
+                              g.rows, g.cols);
+  if (c.block != ref::Block::none)
+    s += fmt::format(", {} block x{} {} alpha {}", ref::name_of(c.block), c.layers, ref::name_of(c.activation),
+                     c.alpha);
+  s += fmt::format(", x {} param {} out {} compute {}", ref::name_of(c.dtype_x), ref::name_of(c.dtype_param),
+                   ref::name_of(c.dtype_out), ref::name_of(c.dtype_compute));
+  if (c.residual != ref::Residual::none)
+    s += fmt::format(", residual {} ({}) alpha {}", ref::name_of(c.residual), ref::name_of(c.dtype_residual), c.alpha);
+  s += fmt::format(", affine {}", ref::name_of(c.affine));
+  if (c.weight_offset != 0) s += fmt::format(" offset {}", c.weight_offset);
+  s += fmt::format(", contract {}, epsilon {}", c.contract, ref::hex_text(c.epsilon));
+  if (!family.empty()) s += ", x " + family;
+  return s;
+}
+
+}  // namespace normcheck::prop
