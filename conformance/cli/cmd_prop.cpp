@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/diagnosis.hpp"
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/properties/properties.hpp"
 #include "normcheck/version.hpp"
@@ -192,6 +193,22 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
       jp["counterexample"] = std::move(cx);
     }
     jp["diagnosis"] = Json::array();
+    // A counterexample the reference rejects (not only a broken relation): which known fault
+    // explains the candidate's outputs on it (the panel of conformance/DIAGNOSIS.md).
+    if (r.failure && !r.failure->crashed && r.failure->agreement &&
+        r.failure->agreement->verdict == conf::Verdict::failed) {
+      try {
+        const fix::FixtureCase fc = prop::counterexample_case(r, "counterexample");
+        const conf::Outputs got = cand->run(fc.c);
+        const auto diagnosis = conf::diagnose(fc, got);
+        if (!diagnosis.empty()) {
+          fmt::print("    {}\n", conf::describe_diagnosis(diagnosis));
+          jp["diagnosis"] = Json::parse(conf::diagnosis_json_text(diagnosis));
+        }
+      } catch (const std::exception& e) {
+        fmt::print("    (no diagnosis: the candidate failed on the replay: {})\n", e.what());
+      }
+    }
     jp["shrinks"] = r.shrinks;
     jp["seconds"] = r.seconds;
     props.push_back(std::move(jp));

@@ -86,6 +86,22 @@ Json rows_json(const std::vector<RowError>& rows, const std::vector<double>& mea
   return Json{{"count", rows.size()}, {"row", row}, {"mean_over_sigma", mos}, {"max_ulp", ulp}, {"max_ratio", ratio}};
 }
 
+Json diagnosis_to_json(const std::vector<Diagnosis>& diagnosis) {
+  Json d = Json::array();
+  for (const auto& e : diagnosis) {
+    Json je{{"dialect", e.dialect},   {"fault_class", e.fault_class}, {"title", e.title},
+            {"score", number(e.score)}, {"explains", e.explains},      {"evidence", e.evidence}};
+    if (!e.parameters.empty()) {
+      Json p;
+      for (const auto& [k, v] : e.parameters) p[k] = number(v);
+      je["parameters"] = std::move(p);
+    }
+    if (!e.same_as.empty()) je["same_as"] = e.same_as;
+    d.push_back(std::move(je));
+  }
+  return d;
+}
+
 Json case_json(const CaseResult& r, const std::function<std::string(const std::string&)>& repro) {
   Json j;
   j["case_id"] = r.case_id;
@@ -130,21 +146,7 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
     outs.push_back(std::move(jo));
   }
   j["outputs"] = std::move(outs);
-  if (r.verdict == Verdict::failed && r.diagnosed) {
-    Json d = Json::array();
-    for (const auto& e : r.diagnosis) {
-      Json je{{"dialect", e.dialect},   {"fault_class", e.fault_class}, {"title", e.title},
-              {"score", number(e.score)}, {"explains", e.explains},      {"evidence", e.evidence}};
-      if (!e.parameters.empty()) {
-        Json p;
-        for (const auto& [k, v] : e.parameters) p[k] = number(v);
-        je["parameters"] = std::move(p);
-      }
-      if (!e.same_as.empty()) je["same_as"] = e.same_as;
-      d.push_back(std::move(je));
-    }
-    j["diagnosis"] = std::move(d);
-  }
+  if (r.verdict == Verdict::failed && r.diagnosed) j["diagnosis"] = diagnosis_to_json(r.diagnosis);
   if ((is_failure(r.verdict) || r.verdict == Verdict::mistrusted) && repro) j["repro"] = repro(r.case_id);
   return j;
 }
@@ -361,6 +363,10 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   return run;
+}
+
+std::string diagnosis_json_text(const std::vector<Diagnosis>& diagnosis) {
+  return diagnosis_to_json(diagnosis).dump();
 }
 
 std::string results_json(const CandidateRun& run, const ResultsContext& ctx) {

@@ -63,6 +63,8 @@ struct ResultsContext {
   std::function<std::string(const std::string&)> repro;
 };
 std::string results_json(const CandidateRun& run, const ResultsContext& ctx);
+// A case's "diagnosis" list as the results file writes it (reports/RESULTS.md), as JSON text.
+std::string diagnosis_json_text(const std::vector<Diagnosis>& diagnosis);
 // Writes atomically (temporary file + rename); refuses to replace an existing file unless
 // `overwrite`. Throws std::runtime_error.
 void write_text_file(const std::string& path, const std::string& text, bool overwrite);
