@@ -36,13 +36,6 @@ std::optional<nlohmann::json> read_config(const std::string& path) {
   }
 }
 
-std::string quote(const std::string& s) {
-  if (s.find_first_of(" \t'\"\\$`*?[]{}()<>|;&!#~") == std::string::npos && !s.empty()) return s;
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 int run_audit(const AuditArgs& a, const std::vector<std::string>& argv_all) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.json.empty() && !a.force && std::filesystem::exists(a.json)) {

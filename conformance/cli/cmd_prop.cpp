@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -27,25 +28,6 @@ struct PropArgs {
   bool force = false, isolate = false, list = false, no_shrink = false;
   double timeout = 0;
 };
-
-std::string quote(const std::string& s) {
-  if (s.find_first_of(" \t'\"\\$`*?[]{}()<>|;&!#~") == std::string::npos && !s.empty()) return s;
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string slug(const std::string& s) {
-  std::string out;
-  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
-  return out;
-}
-
-std::string self_exe() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("normcheck") : p.string();
-}
 
 int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
   const auto& all = prop::properties();
@@ -157,6 +139,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     jp["reproduce"] = reproduce_cmd;
     jp["message"] = r.message;
     jp["counterexample"] = nullptr;
+    jp["diagnosis"] = Json::array();
     if (r.verdict == prop::PropVerdict::unsupported) fmt::print("    {}\n", r.message);
     if (r.failure) {
       const auto& f = *r.failure;
@@ -170,6 +153,13 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
       cx["case_id"] = case_id;
       cx["shape"] = g.shape;
       cx["summary"] = prop::case_summary(f.replay, f.family);
+      // The counterexample with its certified expected outputs, evaluated once for the file and
+      // the diagnosis (the reference's work), and only when one of them needs it.
+      std::optional<fix::FixtureCase> fc;
+      auto counterexample = [&]() -> const fix::FixtureCase& {
+        if (!fc) fc = prop::counterexample_case(r, case_id);
+        return *fc;
+      };
       if (!a.save_failures.empty()) {
         const std::string path = (std::filesystem::path(a.save_failures) / (case_id + ".h5")).string();
         try {
@@ -180,7 +170,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
           prov.tier = "property";
           prov.command = reproduce_cmd + " --save-failures " + quote(a.save_failures);
           fix::FixtureWriter w(path, prov, a.force);
-          w.write(prop::counterexample_case(r, case_id));
+          w.write(counterexample());
           w.commit();
           cx["fixture"] = path;
           fmt::print("    counterexample: {} (replay: normcheck run --candidate {}{} --fixtures {})\n", path,
@@ -190,24 +180,21 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
           bad_input = true;
         }
       }
-      jp["counterexample"] = std::move(cx);
-    }
-    jp["diagnosis"] = Json::array();
-    // A counterexample the reference rejects (not only a broken relation): which known fault
-    // explains the candidate's outputs on it (the panel of conformance/DIAGNOSIS.md).
-    if (r.failure && !r.failure->crashed && r.failure->agreement &&
-        r.failure->agreement->verdict == conf::Verdict::failed) {
-      try {
-        const fix::FixtureCase fc = prop::counterexample_case(r, "counterexample");
-        const conf::Outputs got = cand->run(fc.c);
-        const auto diagnosis = conf::diagnose(fc, got);
-        if (!diagnosis.empty()) {
-          fmt::print("    {}\n", conf::describe_diagnosis(diagnosis));
-          jp["diagnosis"] = Json::parse(conf::diagnosis_json_text(diagnosis));
+      // A counterexample the reference rejects (not only a broken relation): which known fault
+      // explains the candidate's outputs on it (the panel of conformance/DIAGNOSIS.md).
+      if (!f.crashed && f.agreement && f.agreement->verdict == conf::Verdict::failed) {
+        try {
+          const conf::Outputs got = cand->run(counterexample().c);
+          const auto diagnosis = conf::diagnose(counterexample(), got);
+          if (!diagnosis.empty()) {
+            fmt::print("    {}\n", conf::describe_diagnosis(diagnosis));
+            jp["diagnosis"] = Json::parse(conf::diagnosis_json_text(diagnosis));
+          }
+        } catch (const std::exception& e) {
+          fmt::print("    (no diagnosis: the candidate failed on the replay: {})\n", e.what());
         }
-      } catch (const std::exception& e) {
-        fmt::print("    (no diagnosis: the candidate failed on the replay: {})\n", e.what());
       }
+      jp["counterexample"] = std::move(cx);
     }
     jp["shrinks"] = r.shrinks;
     jp["seconds"] = r.seconds;

@@ -27,25 +27,6 @@ struct RunArgs {
   ReportFlags report;  // --junit, --markdown, --html, --summary-json
 };
 
-std::string quote(const std::string& s) {
-  if (s.find_first_of(" \t'\"\\$`*?[]{}()<>|;&!#~") == std::string::npos && !s.empty()) return s;
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string self_exe() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("normcheck") : p.string();
-}
-
-std::string slug(const std::string& spec) {
-  std::string s;
-  for (char c : spec) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
-  return s;
-}
-
 std::string caps_text(const conf::Capabilities& c) {
   std::string ops, dts, cts, dirs;
   for (auto o : c.ops) ops += (ops.empty() ? "" : ",") + std::string(ref::name_of(o));

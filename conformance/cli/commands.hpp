@@ -18,6 +18,14 @@ inline constexpr int kExitInternal = 3;  // a bug in normcheck
 
 using Runner = std::function<int()>;
 
+// Shared text helpers of the subcommands (cli_text.cpp).
+// `s` quoted for a POSIX shell when it needs quoting (repro and reproduce commands).
+std::string quote(const std::string& s);
+// `s` with every character but [A-Za-z0-9_.-] replaced by '_' (file names from candidate specs).
+std::string slug(const std::string& s);
+// Path of the running normcheck executable ("normcheck" when /proc/self/exe cannot be read).
+std::string self_exe();
+
 Runner add_reference_command(CLI::App& app);
 Runner add_fixtures_command(CLI::App& app);
 Runner add_worker_command(CLI::App& app);

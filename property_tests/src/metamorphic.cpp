@@ -220,6 +220,35 @@ void permutation_equivariance(Context& ctx) {
   relate(ctx, l, r, d.family, kAll, nullptr, map, "permutation equivariance");
 }
 
+// Each row of output `name` sums to zero exactly (LayerNorm's y with unit scale and no bias; dx
+// of LayerNorm backward): the sum of the candidate's row may miss 0 by the row's allowances plus
+// the long double summation's own error. Rows holding an element without a finite allowance
+// (NaN allowed, an overflowed exact value) leave no finite sum to compare; agreement checks those.
+void rows_sum_to_zero(Context& ctx, const DrawnCase& d, const ref::Geometry& g, const Side& s,
+                      const std::string& name, const std::string& what) {
+  const ref::Tensor& out = output_of(ctx, d.c, d.family, s.got, name, g.rows * g.cols);
+  const auto& a = s.allow.at(name);
+  for (std::int64_t r = 0; r < g.rows; ++r) {
+    long double sum = 0, abs_sum = 0, slack = 0;
+    bool skip = false;
+    for (std::int64_t col = 0; col < g.cols; ++col) {
+      const auto i = static_cast<std::size_t>(flat_index(g, name, r, col));
+      if (std::isnan(a.abs[i]) || a.nan_ok[i] || std::isinf(a.abs[i]) || std::isinf(out.data[i])) skip = true;
+      sum += out.data[i];
+      abs_sum += std::fabs(out.data[i]);
+      slack += a.abs[i];
+    }
+    if (skip) continue;
+    slack += static_cast<long double>(g.cols) * 0x1p-63L * abs_sum;
+    if (!(std::fabs(sum) <= slack))
+      fail(ctx, d.c, d.family,
+           fmt::format("{}: row {} of {} sums to {} ({}), beyond the allowance {:.6g} (the exact sum is 0)", what, r,
+                       name, static_cast<double>(sum), ref::hex_text(static_cast<double>(sum)),
+                       static_cast<double>(slack)),
+           agreement_of(d.c, s.got), false);
+  }
+}
+
 // LayerNorm with unit scale and no bias: the exact y of a row sums to zero (sum of (x - mean)).
 void ln_sum_zero(Context& ctx) {
   CaseLimits lim = plain(ctx);
@@ -230,27 +259,7 @@ void ln_sum_zero(Context& ctx) {
   auto d = draw_case(ctx.cand.info().caps, lim);
   const auto g = ref::geometry_of(d.c);
   const Side s = run_side(ctx, d.c, d.family, "x");
-  const ref::Tensor& y = output_of(ctx, d.c, d.family, s.got, "y", g.rows * g.cols);
-  const auto& a = s.allow.at("y");
-  for (std::int64_t r = 0; r < g.rows; ++r) {
-    long double sum = 0, abs_sum = 0, slack = 0;
-    bool skip = false;
-    for (std::int64_t col = 0; col < g.cols; ++col) {
-      const auto i = static_cast<std::size_t>(flat_index(g, "y", r, col));
-      if (std::isnan(a.abs[i]) || a.nan_ok[i] || std::isinf(a.abs[i]) || std::isinf(y.data[i])) skip = true;
-      sum += y.data[i];
-      abs_sum += std::fabs(y.data[i]);
-      slack += a.abs[i];
-    }
-    if (skip) continue;
-    slack += static_cast<long double>(g.cols) * 0x1p-63L * abs_sum;
-    if (!(std::fabs(sum) <= slack))
-      fail(ctx, d.c, d.family,
-           fmt::format("LayerNorm with unit weight, no bias: row {} of y sums to {} ({}), beyond the allowance {:.6g} "
-                       "(the exact sum is 0)",
-                       r, static_cast<double>(sum), ref::hex_text(static_cast<double>(sum)), static_cast<double>(slack)),
-           agreement_of(d.c, s.got), false);
-  }
+  rows_sum_to_zero(ctx, d, g, s, "y", "LayerNorm with unit weight, no bias");
 }
 
 // RMSNorm with unit scale and no bias: sum y^2 over a row = n ms / (ms + eps), ms the mean square
@@ -362,29 +371,7 @@ void ln_backward_dx_sum_zero(Context& ctx) {
   auto d = draw_case(ctx.cand.info().caps, lim);
   const auto g = ref::geometry_of(d.c);
   const Side s = run_side(ctx, d.c, d.family, "x");
-  const ref::Tensor& dx = output_of(ctx, d.c, d.family, s.got, "dx", g.rows * g.cols);
-  const auto& a = s.allow.at("dx");
-  for (std::int64_t r = 0; r < g.rows; ++r) {
-    long double sum = 0, abs_sum = 0, slack = 0;
-    bool skip = false;
-    for (std::int64_t col = 0; col < g.cols; ++col) {
-      const auto i = static_cast<std::size_t>(flat_index(g, "dx", r, col));
-      // An overflowed element (the exact value beyond the dtype: an infinite allowance) leaves
-      // no finite sum to compare; agreement checks such elements.
-      if (std::isnan(a.abs[i]) || a.nan_ok[i] || std::isinf(a.abs[i]) || std::isinf(dx.data[i])) skip = true;
-      sum += dx.data[i];
-      abs_sum += std::fabs(dx.data[i]);
-      slack += a.abs[i];
-    }
-    if (skip) continue;
-    slack += static_cast<long double>(g.cols) * 0x1p-63L * abs_sum;
-    if (!(std::fabs(sum) <= slack))
-      fail(ctx, d.c, d.family,
-           fmt::format("LayerNorm backward: row {} of dx sums to {} ({}), beyond the allowance {:.6g} (the exact sum "
-                       "is 0)",
-                       r, static_cast<double>(sum), ref::hex_text(static_cast<double>(sum)), static_cast<double>(slack)),
-           agreement_of(d.c, s.got), false);
-  }
+  rows_sum_to_zero(ctx, d, g, s, "dx", "LayerNorm backward");
 }
 
 // dbias = the column sums of dy over the rows, for LayerNorm and RMSNorm.
