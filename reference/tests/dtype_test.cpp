@@ -167,6 +167,56 @@ TEST(RowSums, AgreeWithRationalSumsOnNarrowAndWideRows) {
   }
 }
 
+// The narrow sum of squares in two 64-bit words (row_kernel_body.inc, nc_split_square_sum) at
+// the edges of its capacity: rows of several 1024-value blocks, exponent spans of 28 to 31 (the
+// split path takes squares' shifts up to 60, i.e. spans up to 29; 30 and 31 take the 128-bit
+// loop), full 24-bit significands massed at the top and the bottom of the span (each word's
+// block sum near 2^64), and squares whose shift lands on the split bit 54 and either side.
+TEST(RowSums, SplitSumOfSquaresAtItsCapacity) {
+  std::mt19937_64 rng(11);
+  detail::BinnedSum s, q;
+  const double full = 0x1.fffffep0;  // the largest float32 significand
+  for (int trial = 0; trial < 48; ++trial) {
+    const int span = 28 + trial % 4;
+    const int n = 1 + static_cast<int>(rng() % 4000) + (trial % 2) * 1024;
+    const int base = -10 - static_cast<int>(rng() % 20);
+    std::vector<double> h(n);
+    for (int i = 0; i < n; ++i) {
+      int e = base + span;
+      switch (rng() % 8) {
+        case 0: e = base; break;                                      // the bottom
+        case 1: e = base + static_cast<int>(rng() % (span + 1)); break;
+        case 2: e = base + 26 + static_cast<int>(rng() % 3); break;   // squares' shifts near 54
+        default: break;                                               // the top
+      }
+      const bool top = e == base + span;
+      const double sig = (top || rng() % 3) ? full : 1 + static_cast<double>(rng() % (1u << 23)) / (1u << 23);
+      h[i] = round_to(std::ldexp(sig, e), DType::float32);
+      if (rng() % 2) h[i] = -h[i];
+    }
+    h[0] = std::ldexp(full, base);  // pin the span
+    h[n - 1] = std::ldexp(1.0, base + span);
+    detail::Rational want_s, want_q;
+    for (double v : h) {
+      want_s += detail::exact(v);
+      want_q += detail::exact(v) * detail::exact(v);
+    }
+    detail::Integer zs, zq;
+    long es = 0, eq = 0;
+    const auto scan = detail::scan_row(h.data(), n);
+    ASSERT_EQ(scan.emax - scan.emin, n == 1 ? 0 : span) << "trial " << trial;
+    // need_sum = false (RMSNorm) keeps rows of every span here on the narrow path; with the
+    // sum, spans this wide leave it for the binned one unless the row is short.
+    for (const bool need_sum : {false, true}) {
+      detail::row_sums(h.data(), n, scan, need_sum, s, q, zs.backend().data(), es, zq.backend().data(), eq);
+      if (need_sum) {
+        ASSERT_EQ(value_of(zs, es), want_s) << "trial " << trial;
+      }
+      ASSERT_EQ(value_of(zq, eq), want_q) << "trial " << trial << " span " << span << " n " << n << " sum " << need_sum;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace normcheck::ref
 
