@@ -149,9 +149,7 @@ class Evaluator {
     for (const auto& [name, o] : res.outputs) {
       (void)name;
       res.stats.elements += static_cast<std::int64_t>(o.certified.size());
-      // A count into a local (std::count vectorizes): a loop adding into res.stats directly
-      // cannot keep the counter in a register (the flags are bytes, which may alias it).
-      res.stats.uncertified += std::count(o.certified.begin(), o.certified.end(), std::uint8_t{0});
+      res.stats.uncertified += detail::count_zero_bytes(o.certified);
     }
     res.stats.fast = fast_;
     res.stats.slow = slow_;

@@ -167,6 +167,19 @@ TEST(RowSums, AgreeWithRationalSumsOnNarrowAndWideRows) {
   }
 }
 
+TEST(CountZeroBytes, AgreesWithAByteLoop) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<std::uint8_t> v(rng() % 70);
+    for (auto& b : v) b = (rng() % 3 == 0) ? 0 : static_cast<std::uint8_t>(rng() % 2 ? 1 : rng() % 256);
+    std::int64_t want = 0;
+    for (auto b : v) want += b == 0;
+    ASSERT_EQ(detail::count_zero_bytes(v), want) << "trial " << trial;
+  }
+  EXPECT_EQ(detail::count_zero_bytes(std::vector<std::uint8_t>(17, 0x80)), 0);
+  EXPECT_EQ(detail::count_zero_bytes(std::vector<std::uint8_t>(17, 0)), 17);
+}
+
 // The narrow sum of squares in two 64-bit words (row_kernel_body.inc, nc_split_square_sum) at
 // the edges of its capacity: rows of several 1024-value blocks, exponent spans of 28 to 31 (the
 // split path takes squares' shifts up to 60, i.e. spans up to 29; 30 and 31 take the 128-bit
