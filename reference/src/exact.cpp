@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace normcheck::ref::detail {
@@ -104,6 +105,23 @@ void mul(Enclosure& out, const Enclosure& a, const Enclosure& b) {
 void add(Enclosure& out, const Enclosure& a, const Enclosure& b) {
   mpfr_add(out.lo.get(), a.lo.get(), b.lo.get(), MPFR_RNDD);
   mpfr_add(out.hi.get(), a.hi.get(), b.hi.get(), MPFR_RNDU);
+}
+
+std::int64_t count_zero_bytes(const std::vector<std::uint8_t>& v) {
+  constexpr std::uint64_t k7f = 0x7f7f7f7f7f7f7f7f, k01 = 0x0101010101010101;
+  std::int64_t nonzero = 0;
+  std::size_t i = 0;
+  for (; i + 8 <= v.size(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, v.data() + i, 8);
+    // (b & 0x7f) + 0x7f carries into a byte's high bit when its low 7 bits are nonzero, | b adds
+    // the high bit itself: bit 0 of each byte of t says the byte is nonzero; one multiplication
+    // adds the eight.
+    const std::uint64_t t = ((((w & k7f) + k7f) | w) >> 7) & k01;
+    nonzero += static_cast<std::int64_t>((t * k01) >> 56);
+  }
+  for (; i < v.size(); ++i) nonzero += v[i] != 0;
+  return static_cast<std::int64_t>(v.size()) - nonzero;
 }
 
 bool decide(const Enclosure& e, DType t, double& out) {

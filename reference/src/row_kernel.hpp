@@ -78,7 +78,7 @@ struct RowKernelArgs {
   double mu_hi = 0, mu_lo = 0;     // |mean - (hi+lo)| <= 2^-104 |mean|
   double r_hi = 0, r_lo = 0;       // |rstd - (hi+lo)| <= 2^-104 rstd
   const double* s_hi = nullptr;    // scale per column (exact as s_hi + s_lo), or null (scale 1)
-  const double* s_lo = nullptr;
+  const double* s_lo = nullptr;    // or null when every s_lo is 0 (the scale is a binary64)
   const double* b = nullptr;       // bias per column, or null
   FastFormat out{DType::float32};
   double* y = nullptr;             // per column: value in the output dtype

@@ -167,6 +167,229 @@ TEST(RowSums, AgreeWithRationalSumsOnNarrowAndWideRows) {
   }
 }
 
+TEST(CountZeroBytes, AgreesWithAByteLoop) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<std::uint8_t> v(rng() % 70);
+    for (auto& b : v) b = (rng() % 3 == 0) ? 0 : static_cast<std::uint8_t>(rng() % 2 ? 1 : rng() % 256);
+    std::int64_t want = 0;
+    for (auto b : v) want += b == 0;
+    ASSERT_EQ(detail::count_zero_bytes(v), want) << "trial " << trial;
+  }
+  EXPECT_EQ(detail::count_zero_bytes(std::vector<std::uint8_t>(17, 0x80)), 0);
+  EXPECT_EQ(detail::count_zero_bytes(std::vector<std::uint8_t>(17, 0)), 17);
+}
+
+// The output pass's rounding decisions (row_kernel_body.inc, nc_decide_pass) at their edges,
+// against exact rationals: y = (h - mean) * rstd * scale + bias with rstd, scale and mean
+// given exactly as doubles (so the kernel's bound holds with room), for float32, bfloat16 and
+// float64 outputs. Every element the kernel decides must carry the correct rounding to the
+// output dtype and to binary64; exact powers of two, ties of either format, values just past
+// a midpoint below a power of two, subnormal and overflowing results must be left undecided
+// (they go to the general path); plain values well inside their interval must be decided.
+struct KernelRun {
+  std::vector<double> y, y64;
+  std::vector<std::uint8_t> ok;
+};
+
+// with_lo: pass the (zero) low parts of the scale, as for a scale that is not a binary64; else
+// null, as for one that is (the pass then leaves those terms out).
+KernelRun run_kernel(const std::vector<double>& h, double mean, double rstd, const std::vector<double>& scale,
+                     const std::vector<double>& bias, DType out, bool with_lo = true) {
+  const auto n = static_cast<std::int64_t>(h.size());
+  KernelRun r{std::vector<double>(n), std::vector<double>(n), std::vector<std::uint8_t>(n)};
+  const std::vector<double> zero(n, 0.0);
+  detail::RowKernelArgs k;
+  k.n = n;
+  k.h = h.data();
+  k.mu_hi = mean;
+  k.r_hi = rstd;
+  k.s_hi = scale.data();
+  k.s_lo = with_lo ? zero.data() : nullptr;
+  k.b = bias.data();
+  k.out = detail::FastFormat(out);
+  k.y = r.y.data();
+  k.y64 = r.y64.data();
+  k.decided = r.ok.data();
+  std::int64_t open = detail::run_row_kernel(k);
+  for (auto v : r.ok) open -= v == 0;
+  EXPECT_EQ(open, 0) << "the returned count of undecided elements";
+  return r;
+}
+
+detail::Rational kernel_exact(double h, double mean, double rstd, double scale, double bias) {
+  return (detail::exact(h) - detail::exact(mean)) * detail::exact(rstd) * detail::exact(scale) + detail::exact(bias);
+}
+
+TEST(RowKernel, DecisionsAtTheEdgesAreRightOrLeftOpen) {
+  const double u = 0x1p-23;  // float32 ulp of [1, 2); below 1 it is u/2
+  // (h, bias, must): y = h + bias (mean 0, rstd 1, scale 1); must: +1 decided, -1 undecided,
+  // 0 either (checked for correctness when decided).
+  struct Edge {
+    double h, b;
+    int must;
+    const char* what;
+  };
+  const std::vector<Edge> f32_edges = {
+      {1.5, 0, 1, "a plain float32 value"},
+      {1 + 3 * u / 2, 0x1p-60, 1, "just above a float32 tie"},
+      {1 + 3 * u / 2, -0x1p-40, 1, "just below a float32 tie"},
+      {1 + 3 * u / 2, -0x1p-60, 0, "just below a float32 tie, y1 on it"},
+      {1.25 + 0.3 * u, 0x1p-70, 1, "well inside"},
+      {1.0, 0, -1, "exactly a power of two"},
+      {1 + u / 2, 0, -1, "a float32 tie (to a power of two)"},
+      {1 + 3 * u / 2, 0, -1, "a float32 tie"},
+      {1 + 3 * u / 2, 0x1p-120, -1, "a float32 tie within the bound"},
+      {1 - u / 4, -0x1p-60, -1, "just past the midpoint below a power of two"},
+      {1 - u / 4, 0x1p-60, -1, "rounds up to a power of two"},
+      {1 - u / 8, 0, -1, "rounds to a power of two from below"},
+      {1.5 + 0x1p-52, 0x1p-53, -1, "a binary64 tie"},
+      {1.5 + 0x1p-52, 0x1p-53 - 0x1p-90, 1, "just inside a binary64 tie"},
+      {1.5 + 0x1p-52, 0x1p-53 - 0x1p-110, -1, "a binary64 tie within the bound"},
+      {0x1p-130 * 1.5, 0, -1, "a float32 subnormal"},
+      {0x1p128, 0, -1, "float32 overflow"},
+      {0x1.fffffep127, 0x1p103, -1, "rounds to float32 overflow"},
+  };
+  // binary64 outputs: only the binary64 decision. A power-of-two y1 has a narrower rounding
+  // interval below; the one within the bound of that midpoint must stay open.
+  const std::vector<Edge> f64_edges = {
+      {1.5, 0x1p-60, 1, "a plain value"},
+      {2.0, 0, -1, "exactly a power of two"},
+      {2.0, -(0x1p-53 - 0x1p-105), -1, "within the bound above the midpoint below a power of two"},
+      {2.0, -(0x1p-54 - 0x1p-106), -1, "below a power of two, y1 on it"},
+      {1.5 + 0x1p-52, 0x1p-53, -1, "a tie"},
+      {1.5 + 0x1p-52, 0x1p-53 - 0x1p-90, 1, "just inside a tie"},
+  };
+  for (const int sign : {1, -1}) {
+    std::vector<double> h, b;
+    for (const auto& e : f64_edges) {
+      h.push_back(sign * e.h);
+      b.push_back(sign * e.b);
+    }
+    const std::vector<double> ones(h.size(), 1.0);
+    const KernelRun r = run_kernel(h, 0, 1, ones, b, DType::float64);
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      const detail::Rational y = kernel_exact(h[i], 0, 1, 1, b[i]);
+      if (r.ok[i]) {
+        EXPECT_EQ(r.y[i], detail::round_rational(y, DType::float64)) << f64_edges[i].what << " sign " << sign;
+        EXPECT_EQ(r.y64[i], r.y[i]) << f64_edges[i].what << " sign " << sign;
+      }
+      EXPECT_EQ(r.ok[i] != 0, f64_edges[i].must > 0) << f64_edges[i].what << " sign " << sign;
+    }
+  }
+  for (const int sign : {1, -1}) {
+    std::vector<double> h, b;
+    for (const auto& e : f32_edges) {
+      h.push_back(sign * e.h);
+      b.push_back(sign * e.b);
+    }
+    const std::vector<double> ones(h.size(), 1.0);
+    const KernelRun r = run_kernel(h, 0, 1, ones, b, DType::float32);
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      const detail::Rational y = kernel_exact(h[i], 0, 1, 1, b[i]);
+      if (r.ok[i]) {
+        EXPECT_EQ(r.y[i], detail::round_rational(y, DType::float32)) << f32_edges[i].what << " sign " << sign;
+        EXPECT_EQ(r.y64[i], detail::round_rational(y, DType::float64)) << f32_edges[i].what << " sign " << sign;
+      }
+      if (f32_edges[i].must != 0) {
+        EXPECT_EQ(r.ok[i] != 0, f32_edges[i].must > 0) << f32_edges[i].what << " sign " << sign;
+      }
+    }
+  }
+}
+
+// Random values near the rounding boundaries of each output format (midpoints and powers of
+// two, at distances from 2^-20 to 2^-110 relative), through every variant of the pass
+// (centered or not, scale, bias): no decided element may be wrong, and most must be decided.
+TEST(RowKernel, NearBoundaryValuesAreNeverDecidedWrongly) {
+  std::mt19937_64 rng(5);
+  std::int64_t decided = 0, total = 0;
+  for (const DType out : {DType::float32, DType::bfloat16, DType::float16, DType::float64}) {
+    const Format f = format_of(out);
+    for (int trial = 0; trial < 60; ++trial) {
+      const double mean = (trial % 2) ? 0.0 : std::ldexp(1.0 + static_cast<double>(rng() % 1000) / 1000, -3);
+      const double rstd = std::ldexp(1.0, static_cast<int>(rng() % 5) - 2);
+      const int n = 257;
+      std::vector<double> h(n), scale(n), bias(n);
+      for (int i = 0; i < n; ++i) {
+        // A target near a boundary of the output format: t + k ulp/2 with k in {-1, 0, 1}.
+        const int e = static_cast<int>(rng() % 20) - 10;
+        const double ulp = std::ldexp(1.0, e - (f.precision - 1));
+        double t = std::ldexp(1.0 + static_cast<double>(rng() % 1024) / 1024, e);
+        if (rng() % 4 == 0) t = std::ldexp(1.0, e);
+        const double k = static_cast<double>(static_cast<int>(rng() % 3) - 1) * 0.5;
+        const double nudge = std::ldexp(static_cast<double>(rng() % 3) - 1.0, e - 20 - static_cast<int>(rng() % 90));
+        scale[i] = (trial % 3 == 0) ? 1.0 : std::ldexp(1.0, static_cast<int>(rng() % 3) - 1) * ((rng() % 2) ? 1 : -1);
+        bias[i] = (trial % 4 == 0) ? 0.0 : nudge;
+        // h - mean = (t + k ulp) / (rstd scale), rounded: the exact value below is what counts.
+        h[i] = (t + k * ulp) / (rstd * scale[i]) + mean;
+        if ((trial % 4) == 0) h[i] += nudge;
+        if (rng() % 2) h[i] = -h[i];
+      }
+      const KernelRun r = run_kernel(h, mean, rstd, scale, bias, out, trial % 5 < 2);
+      for (int i = 0; i < n; ++i) {
+        ++total;
+        if (!r.ok[i]) continue;
+        ++decided;
+        const detail::Rational y = kernel_exact(h[i], mean, rstd, scale[i], bias[i]);
+        ASSERT_EQ(r.y[i], detail::round_rational(y, out)) << name_of(out) << " trial " << trial << " i " << i;
+        ASSERT_EQ(r.y64[i], detail::round_rational(y, DType::float64)) << name_of(out) << " trial " << trial << " i " << i;
+      }
+    }
+  }
+  EXPECT_GT(decided, total / 2);
+}
+
+// The narrow sum of squares in two 64-bit words (row_kernel_body.inc, nc_split_square_sum) at
+// the edges of its capacity: rows of several 1024-value blocks, exponent spans of 28 to 31 (the
+// split path takes squares' shifts up to 60, i.e. spans up to 29; 30 and 31 take the 128-bit
+// loop), full 24-bit significands massed at the top and the bottom of the span (each word's
+// block sum near 2^64), and squares whose shift lands on the split bit 54 and either side.
+TEST(RowSums, SplitSumOfSquaresAtItsCapacity) {
+  std::mt19937_64 rng(11);
+  detail::BinnedSum s, q;
+  const double full = 0x1.fffffep0;  // the largest float32 significand
+  for (int trial = 0; trial < 48; ++trial) {
+    const int span = 28 + trial % 4;
+    const int n = 1 + static_cast<int>(rng() % 4000) + (trial % 2) * 1024;
+    const int base = -10 - static_cast<int>(rng() % 20);
+    std::vector<double> h(n);
+    for (int i = 0; i < n; ++i) {
+      int e = base + span;
+      switch (rng() % 8) {
+        case 0: e = base; break;                                      // the bottom
+        case 1: e = base + static_cast<int>(rng() % (span + 1)); break;
+        case 2: e = base + 26 + static_cast<int>(rng() % 3); break;   // squares' shifts near 54
+        default: break;                                               // the top
+      }
+      const bool top = e == base + span;
+      const double sig = (top || rng() % 3) ? full : 1 + static_cast<double>(rng() % (1u << 23)) / (1u << 23);
+      h[i] = round_to(std::ldexp(sig, e), DType::float32);
+      if (rng() % 2) h[i] = -h[i];
+    }
+    h[0] = std::ldexp(full, base);  // pin the span
+    h[n - 1] = std::ldexp(1.0, base + span);
+    detail::Rational want_s, want_q;
+    for (double v : h) {
+      want_s += detail::exact(v);
+      want_q += detail::exact(v) * detail::exact(v);
+    }
+    detail::Integer zs, zq;
+    long es = 0, eq = 0;
+    const auto scan = detail::scan_row(h.data(), n);
+    ASSERT_EQ(scan.emax - scan.emin, n == 1 ? 0 : span) << "trial " << trial;
+    // need_sum = false (RMSNorm) keeps rows of every span here on the narrow path; with the
+    // sum, spans this wide leave it for the binned one unless the row is short.
+    for (const bool need_sum : {false, true}) {
+      detail::row_sums(h.data(), n, scan, need_sum, s, q, zs.backend().data(), es, zq.backend().data(), eq);
+      if (need_sum) {
+        ASSERT_EQ(value_of(zs, es), want_s) << "trial " << trial;
+      }
+      ASSERT_EQ(value_of(zq, eq), want_q) << "trial " << trial << " span " << span << " n " << n << " sum " << need_sum;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace normcheck::ref
 
