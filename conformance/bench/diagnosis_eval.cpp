@@ -45,7 +45,7 @@ const std::map<std::string, std::set<std::string>>& planted() {
       {"mut_eps_dropped", {"eps_missing"}},
       // eps rounded to float16: 1e-12 underflows to 0, which is eps_missing on that case.
       {"mut_eps_fp16", {"eps_fp16", "eps_missing"}},
-      {"mut_one_pass_variance", {"one_pass_variance_fp32", "one_pass_variance_fp16"}},
+      {"mut_one_pass_variance", {"one_pass_variance_fp32", "one_pass_variance_fp16", "one_pass_variance_fp64"}},
       {"mut_unbiased_variance", {"unbiased_variance"}},
       {"mut_padding_lanes", {"padding_lanes"}},
       {"mut_fp16_accumulation", {"low_precision_accumulation_fp16"}},

@@ -1251,9 +1251,14 @@ const std::vector<Dialect>& panel() {
     for (auto [name, t, title] : {std::tuple{"one_pass_variance_fp32", DType::float32,
                                              "one-pass variance E[h^2] - E[h]^2 in float32"},
                                   std::tuple{"one_pass_variance_fp16", DType::float16,
-                                             "one-pass variance E[h^2] - E[h]^2 in float16"}}) {
+                                             "one-pass variance E[h^2] - E[h]^2 in float16"},
+                                  std::tuple{"one_pass_variance_fp64", DType::float64,
+                                             "one-pass variance E[h^2] - E[h]^2 in float64"}}) {
       add(name, "B", title, [t](const Ctx& x) -> std::vector<Variant> {
         if (!x.spec.centre) return {};
+        // In float64 only where the case computes in float64 (elsewhere it is the float32 one's
+        // cancellation, far smaller).
+        if (t == DType::float64 && x.c.dtype_compute != DType::float64) return {};
         K k = x.spec;
         k.arith = StatArith::one_pass;
         k.arith_dtype = t;

@@ -317,6 +317,35 @@ TEST(Diagnosis, DweightWrongLaneParameters) {
     }
 }
 
+// One-pass variance E[h^2] - E[h]^2 in float64 (a float64 kernel), written here with sequential
+// double sums, on rows of mean 1e4 and sigma 1e-3 where it cancels.
+TEST(Diagnosis, OnePassVarianceInFloat64) {
+  const std::int64_t rows = 4, cols = 64;
+  auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, cols, 1e4, 1e-3, DType::float64);
+  c.dtype_compute = DType::float64;
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  const auto& x = c.inputs.at("x").data;
+  const auto& w = c.inputs.at("weight").data;
+  const auto& b = c.inputs.at("bias").data;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double s1 = 0, s2 = 0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      s1 += x[r * cols + j];
+      s2 += x[r * cols + j] * x[r * cols + j];
+    }
+    const double m = s1 / cols, var = s2 / cols - m * m;
+    const double rstd = 1 / std::sqrt(var + c.epsilon);
+    got["rstd"].data[r] = rstd;
+    got["mean"].data[r] = m;
+    for (std::int64_t j = 0; j < cols; ++j)
+      got["y"].data[r * cols + j] = static_cast<double>(
+          static_cast<long double>(x[r * cols + j] - m) * rstd * w[j] + b[j]);
+  }
+  expect_first(fc, got, "one_pass_variance_fp64");
+}
+
 // Residual blocks backward (every parameter gradient and dx): faults planted through the
 // certified reference evaluating the block with the fault applied as a change of the case.
 ref::Case block_bwd_case(ref::Op op, ref::Block block) {
