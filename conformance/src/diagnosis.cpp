@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -300,7 +301,6 @@ class Engine {
     const std::size_t NS = static_cast<std::size_t>(RS * n);
     // h of the selected rows (compact: ri * n + j); statistics over other dims need every h.
     const bool groups = k.stat_dims.has_value();
-    std::vector<LD> h(groups ? x_->data.size() : NS), hout(r_ ? NS : 0);
     const LD alpha = c_.alpha;
     auto h_at = [&](std::int64_t row, std::int64_t j, LD* out_h) {
       const std::size_t i = off(row, j);
@@ -326,55 +326,64 @@ class Engine {
       }
       return hv;
     };
-    if (groups) {
-      for (std::int64_t row = 0; row < g_.rows; ++row)
-        for (std::int64_t j = 0; j < n; ++j) h[off(row, j)] = h_at(row, j, nullptr);
-    }
     // h, residual_out's h and the row statistics of the spec's statistics knobs are shared by
-    // every dialect that keeps them (weights, contracts' later points, dx terms, reductions...).
+    // every dialect that keeps them (weights, contracts' later points, dx terms, reductions...),
+    // per set of rows (the sample and every row: two slots).
     const bool shared = !groups && same_h_and_stats(k, stats_spec_);
-    const bool reuse = shared && stats_cache_ && stats_cache_->rows == l.rows;
-    std::vector<RowStat> st;
-    if (reuse) {
-      h = stats_cache_->h;
-      hout = stats_cache_->hout;
-      st = stats_cache_->st;
-    } else {
+    const StatsCache* cached = nullptr;
+    if (shared)
+      for (const auto& slot : stats_cache_)
+        if (slot && slot->rows == l.rows) cached = &*slot;
+    std::vector<LD> h_own, hout_own;
+    std::vector<RowStat> st_own;
+    std::vector<std::int64_t> group_of;
+    if (!cached) {
+      h_own.resize(groups ? x_->data.size() : NS);
+      hout_own.resize(r_ ? NS : 0);
+      if (groups) {
+        for (std::int64_t row = 0; row < g_.rows; ++row)
+          for (std::int64_t j = 0; j < n; ++j) h_own[off(row, j)] = h_at(row, j, nullptr);
+      }
       for (std::int64_t ri = 0; ri < RS; ++ri)
         for (std::int64_t j = 0; j < n; ++j) {
           const std::size_t ci = static_cast<std::size_t>(ri * n + j);
-          const LD hv = h_at(l.rows[ri], j, r_ ? &hout[ci] : nullptr);
-          if (!groups) h[ci] = hv;
+          const LD hv = h_at(l.rows[ri], j, r_ ? &hout_own[ci] : nullptr);
+          if (!groups) h_own[ci] = hv;
         }
+      // Statistics: per selected row, or per group of another set of dims (all groups).
+      if (groups) {
+        ref::Case lc;
+        lc.axes = *k.stat_dims;
+        lc.inputs["x"] = ref::Tensor{x_->dtype, x_->shape, {}};
+        const auto gs = ref::geometry_of(lc);
+        group_of.assign(x_->data.size(), 0);
+        std::vector<LD> buf(static_cast<std::size_t>(gs.cols));
+        for (std::int64_t gr = 0; gr < gs.rows; ++gr) {
+          for (std::int64_t j = 0; j < gs.cols; ++j) {
+            const auto i = static_cast<std::size_t>(gs.row_base[gr] + gs.col_delta[j]);
+            group_of[i] = gr;
+            buf[j] = h_own[i];
+          }
+          st_own.push_back(row_stats(buf.data(), gs.cols, k, c_.dtype_compute));
+        }
+      } else {
+        st_own.reserve(static_cast<std::size_t>(RS));
+        for (std::int64_t ri = 0; ri < RS; ++ri)
+          st_own.push_back(row_stats(&h_own[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
+      }
+      if (shared) {
+        auto& slot = stats_cache_[next_slot_];
+        next_slot_ = (next_slot_ + 1) % stats_cache_.size();
+        slot = StatsCache{l.rows, std::move(h_own), std::move(hout_own), std::move(st_own)};
+        cached = &*slot;
+      }
     }
+    const std::vector<LD>& h = cached ? cached->h : h_own;
+    const std::vector<LD>& hout = cached ? cached->hout : hout_own;
+    const std::vector<RowStat>& st = cached ? cached->st : st_own;
     auto h_of = [&](std::int64_t ri, std::int64_t j) {
       return groups ? h[off(l.rows[ri], j)] : h[static_cast<std::size_t>(ri * n + j)];
     };
-
-    // Statistics: per selected row, or per group of another set of dims (all groups).
-    std::vector<std::int64_t> group_of;
-    if (reuse) {
-    } else if (groups) {
-      ref::Case lc;
-      lc.axes = *k.stat_dims;
-      lc.inputs["x"] = ref::Tensor{x_->dtype, x_->shape, {}};
-      const auto gs = ref::geometry_of(lc);
-      group_of.assign(x_->data.size(), 0);
-      std::vector<LD> buf(static_cast<std::size_t>(gs.cols));
-      for (std::int64_t gr = 0; gr < gs.rows; ++gr) {
-        for (std::int64_t j = 0; j < gs.cols; ++j) {
-          const auto i = static_cast<std::size_t>(gs.row_base[gr] + gs.col_delta[j]);
-          group_of[i] = gr;
-          buf[j] = h[i];
-        }
-        st.push_back(row_stats(buf.data(), gs.cols, k, c_.dtype_compute));
-      }
-    } else {
-      st.reserve(static_cast<std::size_t>(RS));
-      for (std::int64_t ri = 0; ri < RS; ++ri)
-        st.push_back(row_stats(&h[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
-      if (shared) stats_cache_ = StatsCache{l.rows, h, hout, st};
-    }
     auto stat_of = [&](std::int64_t ri, std::int64_t j) -> const RowStat& {
       return groups ? st[group_of[off(l.rows[ri], j)]] : st[ri];
     };
@@ -590,7 +599,8 @@ class Engine {
     std::vector<LD> h, hout;
     std::vector<RowStat> st;
   };
-  mutable std::optional<StatsCache> stats_cache_;
+  mutable std::array<std::optional<StatsCache>, 2> stats_cache_;
+  mutable std::size_t next_slot_ = 0;
   Knobs stats_spec_;  // spec(), set by the constructor
 
   // Whether a and b give the same h, residual_out's h and row statistics (Engine::run's first
@@ -911,18 +921,36 @@ double a_abs(const OutputAllowance& a, const ref::Output& exp, std::size_t i, DT
 
 // Largest error / allowance of a dialect's predictions over the elements of `lay` (dialect ==
 // nullptr: the certified values over every element).
+// The score of one output, and the running maximum it is merged into (see score_of).
+struct OutputScore {
+  Score s;
+  double worst = -1;  // the largest ratio seen (-1: no scored element)
+};
+// Per output, the spec's own contribution over a layout: an output a dialect predicts exactly as
+// the engine's spec (bit for bit) scores exactly this, and is not scored again.
+using SpecScores = std::map<std::string, OutputScore>;
+
 Score score_of(const fix::FixtureCase& fc, const Outputs& got,
                const std::map<std::string, OutputAllowance>& allow, const Layout* lay,
-               const Predictions* dialect, const Predictions* spec) {
-  Score s;
-  double worst = -1;
-  auto see = [&](double ratio, const std::string& name, std::size_t i) {
-    if (ratio > 1) ++s.beyond;
-    if (ratio > worst) {
-      worst = ratio;
-      s.score = ratio;
-      s.worst_output = name;
-      s.worst_index = static_cast<std::int64_t>(i);
+               const Predictions* dialect, const Predictions* spec, SpecScores* same_as_spec = nullptr) {
+  OutputScore total;
+  auto see = [](OutputScore& acc, double ratio, const std::string& name, std::size_t i) {
+    if (ratio > 1) ++acc.s.beyond;
+    if (ratio > acc.worst) {
+      acc.worst = ratio;
+      acc.s.score = ratio;
+      acc.s.worst_output = name;
+      acc.s.worst_index = static_cast<std::int64_t>(i);
+    }
+  };
+  auto merge = [&](const OutputScore& o) {
+    total.s.beyond += o.s.beyond;
+    total.s.distinct = total.s.distinct || o.s.distinct;
+    if (o.worst > total.worst) {
+      total.worst = o.worst;
+      total.s.score = o.s.score;
+      total.s.worst_output = o.s.worst_output;
+      total.s.worst_index = o.s.worst_index;
     }
   };
   for (const auto& [name, exp] : fc.expected) {
@@ -937,8 +965,10 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
       const double err = std::isnan(g) && a.nan_ok[i] ? 0.0 : error_against(g, p, t);
       return err == 0 ? 0.0 : (allowance > 0 ? err / allowance : kInf);
     };
+    OutputScore acc;
     if (!dialect) {
-      for (std::size_t i = 0; i < gv.size(); ++i) see(ratio_at(i, exp.f64[i]), name, i);
+      for (std::size_t i = 0; i < gv.size(); ++i) see(acc, ratio_at(i, exp.f64[i]), name, i);
+      merge(acc);
       continue;
     }
     const auto fi = lay->flat.find(name);
@@ -947,30 +977,43 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
     const auto& flat = fi->second;
     const auto sl = dialect->slack.find(name);
     const auto gr = dialect->grid.find(name);
-    if (gr != dialect->grid.end()) s.distinct = true;  // an interval prediction
+    const bool identical = same_as_spec && sl == dialect->slack.end() && gr == dialect->grid.end() &&
+                           di->second.size() == si->second.size() &&
+                           std::memcmp(di->second.data(), si->second.data(), di->second.size() * sizeof(double)) == 0;
+    if (identical) {
+      const auto it = same_as_spec->find(name);
+      if (it != same_as_spec->end()) {
+        merge(it->second);
+        continue;
+      }
+    }
+    if (gr != dialect->grid.end()) acc.s.distinct = true;  // an interval prediction
     for (std::size_t ci = 0; ci < flat.size(); ++ci) {
       const std::size_t i = flat[ci];
       const double p = predicted(di->second[ci], si->second[ci], exp.f64[i], t == DType::float64);
       const bool has_slack = sl != dialect->slack.end();
       if (has_slack && gr == dialect->grid.end() && std::isinf(sl->second[ci])) continue;  // no prediction
-      if (!s.distinct && !(std::fabs(p - exp.f64[i]) <= kSameWithin * a.abs[i]) && !std::isnan(a.abs[i])) {
+      if (!(total.s.distinct || acc.s.distinct) && !(std::fabs(p - exp.f64[i]) <= kSameWithin * a.abs[i]) &&
+          !std::isnan(a.abs[i])) {
         const double rp = ref::round_to(p, t), re = ref::round_to(exp.f64[i], t);
-        s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
+        acc.s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
       }
-      if (sl != dialect->slack.end() && gr != dialect->grid.end() && std::isfinite(gv[i])) {
+      if (has_slack && gr != dialect->grid.end() && std::isfinite(gv[i])) {
         // An interval prediction: the values of the grid within the slack of p. The error is
         // the distance from got to that set: at least its distance to the grid.
         const double al = a_abs(a, exp, i, t);
         if (std::isnan(al)) continue;
         const double off_grid = std::fabs(gv[i] - ref::round_to(gv[i], gr->second));
         const double err = std::max({0.0, std::fabs(gv[i] - p) - sl->second[ci], off_grid});
-        see(err == 0 ? 0.0 : (al > 0 ? err / al : kInf), name, i);
+        see(acc, err == 0 ? 0.0 : (al > 0 ? err / al : kInf), name, i);
         continue;
       }
-      see(ratio_at(i, p), name, i);
+      see(acc, ratio_at(i, p), name, i);
     }
+    if (identical) same_as_spec->emplace(name, acc);
+    merge(acc);
   }
-  return s;
+  return total.s;
 }
 
 // Largest error / allowance of the certified values per row (per-element and per-row outputs):
@@ -1685,6 +1728,9 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   const Ctx ctx{fc, c, got, spec, g, all.rows};
   const bool sampled = !lay.all_rows;
   const Predictions spec_pred = engine->run(spec, lay);
+  // The spec's own score per output, on the sample and on every row (sampled cases: against the
+  // full spec), for outputs a dialect does not change.
+  SpecScores same_lay, same_all;
 
   struct Entry {
     Diagnosis d;
@@ -1755,10 +1801,10 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
         pf.slack = p.slack;
         pf.grid = p.grid;
         p = std::move(pf);
-        sc = score_of(fc, got, allow, &all, &p, &*full_spec);
+        sc = score_of(fc, got, allow, &all, &p, &*full_spec, &same_all);
         full = true;
       } else {
-        sc = score_of(fc, got, allow, &lay, &p, &spec_pred);
+        sc = score_of(fc, got, allow, &lay, &p, &spec_pred, &same_lay);
       }
       // A dialect no output of this case can tell from the spec (the spec itself among them) is
       // not a diagnosis. On a sample that is decided on every row, if it comes to that.
@@ -1870,7 +1916,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     Entry& e = all_entries[blocker];
     if (!full_spec) full_spec = engine->run(spec, all);
     e.pred = engine->run(e.k, all);
-    e.score = score_of(fc, got, allow, &all, &*e.pred, &*full_spec);
+    e.score = score_of(fc, got, allow, &all, &*e.pred, &*full_spec, &same_all);
     e.full = true;
     if (!e.score.distinct) {
       e.gone = true;
