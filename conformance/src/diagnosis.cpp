@@ -326,18 +326,24 @@ class Engine {
       }
       return hv;
     };
-    // h, residual_out's h and the row statistics of the spec's statistics knobs are shared by
-    // every dialect that keeps them (weights, contracts' later points, dx terms, reductions...),
-    // per set of rows (the sample and every row: two slots).
-    const bool shared = !groups && same_h_and_stats(k, stats_spec_);
-    const StatsCache* cached = nullptr;
+    // h and residual_out's h are shared by every dialect that computes them as the spec does
+    // (all but the residual and h-rounding ones); the row statistics of the spec's statistics
+    // knobs by every dialect that keeps them (weights, contracts' later points, dx terms,
+    // reductions...); both per set of rows (the sample and every row: two slots each).
+    const bool h_shared = !groups && same_h(k, stats_spec_);
+    const bool shared = h_shared && same_h_and_stats(k, stats_spec_);
+    const HCache* hc = nullptr;
+    const StatsCache* sc = nullptr;
+    if (h_shared)
+      for (const auto& slot : h_cache_)
+        if (slot && slot->rows == l.rows) hc = &*slot;
     if (shared)
       for (const auto& slot : stats_cache_)
-        if (slot && slot->rows == l.rows) cached = &*slot;
+        if (slot && slot->rows == l.rows) sc = &*slot;
     std::vector<LD> h_own, hout_own;
     std::vector<RowStat> st_own;
     std::vector<std::int64_t> group_of;
-    if (!cached) {
+    if (!hc) {
       h_own.resize(groups ? x_->data.size() : NS);
       hout_own.resize(r_ ? NS : 0);
       if (groups) {
@@ -350,6 +356,16 @@ class Engine {
           const LD hv = h_at(l.rows[ri], j, r_ ? &hout_own[ci] : nullptr);
           if (!groups) h_own[ci] = hv;
         }
+      if (h_shared) {
+        auto& slot = h_cache_[next_h_slot_];
+        next_h_slot_ = (next_h_slot_ + 1) % h_cache_.size();
+        slot = HCache{l.rows, std::move(h_own), std::move(hout_own)};
+        hc = &*slot;
+      }
+    }
+    const std::vector<LD>& h = hc ? hc->h : h_own;
+    const std::vector<LD>& hout = hc ? hc->hout : hout_own;
+    if (!sc) {
       // Statistics: per selected row, or per group of another set of dims (all groups).
       if (groups) {
         ref::Case lc;
@@ -362,25 +378,23 @@ class Engine {
           for (std::int64_t j = 0; j < gs.cols; ++j) {
             const auto i = static_cast<std::size_t>(gs.row_base[gr] + gs.col_delta[j]);
             group_of[i] = gr;
-            buf[j] = h_own[i];
+            buf[j] = h[i];
           }
           st_own.push_back(row_stats(buf.data(), gs.cols, k, c_.dtype_compute));
         }
       } else {
         st_own.reserve(static_cast<std::size_t>(RS));
         for (std::int64_t ri = 0; ri < RS; ++ri)
-          st_own.push_back(row_stats(&h_own[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
+          st_own.push_back(row_stats(&h[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
       }
       if (shared) {
         auto& slot = stats_cache_[next_slot_];
         next_slot_ = (next_slot_ + 1) % stats_cache_.size();
-        slot = StatsCache{l.rows, std::move(h_own), std::move(hout_own), std::move(st_own)};
-        cached = &*slot;
+        slot = StatsCache{l.rows, std::move(st_own)};
+        sc = &*slot;
       }
     }
-    const std::vector<LD>& h = cached ? cached->h : h_own;
-    const std::vector<LD>& hout = cached ? cached->hout : hout_own;
-    const std::vector<RowStat>& st = cached ? cached->st : st_own;
+    const std::vector<RowStat>& st = sc ? sc->st : st_own;
     auto h_of = [&](std::int64_t ri, std::int64_t j) {
       return groups ? h[off(l.rows[ri], j)] : h[static_cast<std::size_t>(ri * n + j)];
     };
@@ -594,17 +608,26 @@ class Engine {
     std::vector<std::uint8_t> dwt_unknown;
   };
   // h, residual_out's h and the statistics of the rows `rows` under the spec's statistics knobs.
-  struct StatsCache {
+  struct HCache {
     std::vector<std::int64_t> rows;
     std::vector<LD> h, hout;
+  };
+  struct StatsCache {
+    std::vector<std::int64_t> rows;
     std::vector<RowStat> st;
   };
+  mutable std::array<std::optional<HCache>, 2> h_cache_;
+  mutable std::size_t next_h_slot_ = 0;
   mutable std::array<std::optional<StatsCache>, 2> stats_cache_;
   mutable std::size_t next_slot_ = 0;
   Knobs stats_spec_;  // spec(), set by the constructor
 
   // Whether a and b give the same h, residual_out's h and row statistics (Engine::run's first
   // passes read exactly these knobs).
+  // Whether a and b give the same h and residual_out's h.
+  static bool same_h(const Knobs& a, const Knobs& b) {
+    return a.res == b.res && a.pts.h == b.pts.h && a.h_round_x == b.h_round_x && a.res_out == b.res_out;
+  }
   static bool same_h_and_stats(const Knobs& a, const Knobs& b) {
     return a.res == b.res && a.pts.h == b.pts.h && a.h_round_x == b.h_round_x && a.res_out == b.res_out &&
            a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
@@ -1741,6 +1764,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     bool gone = false;  // scored on every row and indistinguishable from the spec there
     Score score;
     std::optional<Predictions> pred;  // on every row, where entries are compared
+    std::optional<Predictions> spred;  // on the sample (sampled cases)
   };
   std::vector<Entry> all_entries;
   auto name_entry = [&](const Dialect& d, const Variant& var) {
@@ -1792,6 +1816,8 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       std::optional<std::uint64_t> h;
       Score sc;
       bool full = !sampled;
+      std::optional<Predictions> spred;
+      if (sampled) spred = p;
       if (sampled && full_spec && engine->reduction_only(var.k)) {
         // Backward, a dialect of the column reductions only: its dx is the spec's on every row
         // and its column sums are over every row already, so it is scored exactly on every row.
@@ -1812,7 +1838,8 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       if (sampled) {
         // Every variant is a candidate of its own: the best on the sample need not be the best.
         all_entries.push_back(Entry{name_entry(d, var), var.k, di, std::nullopt, full, false, sc,
-                                    full ? std::optional<Predictions>(std::move(p)) : std::nullopt});
+                                    full ? std::optional<Predictions>(std::move(p)) : std::nullopt,
+                                    std::move(spred)});
         continue;
       }
       if (best && !(sc.score < best->score.score)) continue;
@@ -1822,7 +1849,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
         return same_score(e.score, sc);
       });
       if (tie) h = hash_of(p);
-      best = Entry{name_entry(d, var), var.k, di, h, true, false, sc, std::nullopt};
+      best = Entry{name_entry(d, var), var.k, di, h, true, false, sc, std::nullopt, std::nullopt};
     }
     if (!best) continue;
     auto dup = all_entries.end();
@@ -1861,6 +1888,17 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     same_memo[memo_key] = same;
     return same;
   };
+  std::map<std::pair<std::size_t, std::size_t>, bool> apart_memo;
+  auto apart_on_sample = [&](std::size_t a, std::size_t b) {
+    const auto memo_key = std::minmax(a, b);
+    const auto it = apart_memo.find(memo_key);
+    if (it != apart_memo.end()) return it->second;
+    const Entry& ea = all_entries[a];
+    const Entry& eb = all_entries[b];
+    const bool apart = ea.spred && eb.spred && distinguishable(fc, got, allow, lay, &*ea.spred, &*eb.spred, spec_pred);
+    apart_memo[memo_key] = apart;
+    return apart;
+  };
   // The groups of the best entries in ranking order: each group's first entry (its best
   // score) and its members. Walks the ranking until `keep` groups are formed or an entry scored
   // on a sample only comes first (`blocker`): its score is a lower bound, so every entry after
@@ -1885,8 +1923,10 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       if (!e.full) {
         // Also scored in full: an entry that may join the best group (within one allowance of
         // its score; see the merge below), so that the best diagnosis names all its aliases.
+        // Two entries told apart on the sample are told apart on every row: such an entry cannot.
         const bool may_join_best =
-            !groups.empty() && key(e.score.score) <= key(all_entries[groups.front().first].score.score) + 1.0;
+            !groups.empty() && key(e.score.score) <= key(all_entries[groups.front().first].score.score) + 1.0 &&
+            !apart_on_sample(groups.front().first, idx);
         if (groups.size() < opt.exact_top || may_join_best) {
           blocker = idx;
           break;
