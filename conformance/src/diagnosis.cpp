@@ -1720,12 +1720,11 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   const auto R = static_cast<std::size_t>(g.rows);
   const std::size_t worst = std::min(opt.sample_rows, std::max<std::size_t>(1, R / 8));
   const std::size_t spread = R >= 16 ? worst : 0;
-  // Backward: the column sums, where the reduction faults show, are predicted on a sample only
-  // for dialects that change nothing else (scored exactly, every row); for the others the
-  // sample score (dx of the sampled rows) is still a lower bound. Blocks backward are not
-  // sampled.
-  const bool sample_ok = c.direction == ref::Direction::forward || c.block == ref::Block::none;
-  if (numel > opt.sample_above && worst + spread < R && sample_ok) {
+  // Backward: the column sums (and a block's parameter gradients), where the reduction faults
+  // show, are predicted on a sample only for dialects that change nothing else (scored exactly,
+  // every row); for the others the sample score (dx of the sampled rows) is still a lower bound.
+  // Blocks are screened on a sample at any size: every dialect is a run of the FFNs.
+  if ((numel > opt.sample_above || c.block != ref::Block::none) && worst + spread < R) {
     const auto ratios = spec_row_ratios(fc, got, allow, g, all);
     if (c.direction == ref::Direction::forward) {
       for (double r : ratios) s_spec = std::max(s_spec, r);  // every forward output is per row
