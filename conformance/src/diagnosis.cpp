@@ -1873,6 +1873,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   // Dialects the outputs cannot tell apart (every element within kSameWithin allowance or
   // rounding to the same value) are one diagnosis: the one earlier in the panel names it, the
   // others are listed in same_as. Compared on every row, and remembered.
+  if (sampled && !full_spec) full_spec = engine->run(spec, all);
   const Predictions& cmp_spec = sampled ? *full_spec : spec_pred;
   std::map<std::pair<std::size_t, std::size_t>, bool> same_memo;
   auto same_group = [&](std::size_t a, std::size_t b) {
@@ -1923,9 +1924,11 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
         // Also scored in full: an entry that may join the best group (within one allowance of
         // its score; see the merge below), so that the best diagnosis names all its aliases.
         // Two entries told apart on the sample are told apart on every row: such an entry cannot.
+        // Otherwise it is run on every row and compared with the best first (most are told
+        // apart at once); only one that cannot be told apart is scored there.
         const bool may_join_best =
             !groups.empty() && key(e.score.score) <= key(all_entries[groups.front().first].score.score) + 1.0 &&
-            !apart_on_sample(groups.front().first, idx);
+            !apart_on_sample(groups.front().first, idx) && same_group(groups.front().first, idx);
         if (groups.size() < opt.exact_top || may_join_best) {
           blocker = idx;
           break;
@@ -1953,8 +1956,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     if (blocker == all_entries.size()) break;
     // Score the blocker on every row.
     Entry& e = all_entries[blocker];
-    if (!full_spec) full_spec = engine->run(spec, all);
-    e.pred = engine->run(e.k, all);
+    if (!e.pred) e.pred = engine->run(e.k, all);
     e.score = score_of(fc, got, allow, &all, &*e.pred, &*full_spec, &same_all);
     e.full = true;
     if (!e.score.distinct) {

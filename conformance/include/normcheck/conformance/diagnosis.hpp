@@ -41,7 +41,7 @@ struct DiagnoseOptions {
   // bound: the ranking of those is the one every row would give), with every entry that may
   // merge into the best one; the entries after them may keep their sample score
   // (explains = false, the evidence says "at least").
-  std::size_t sample_above = 2048;
+  std::size_t sample_above = 256;
   std::size_t sample_rows = 8;
   std::size_t exact_top = 1;
   // Cases larger than this (elements of x) are not diagnosed: the predictions of a few dialects
