@@ -294,7 +294,8 @@ class Engine {
     return l;
   }
 
-  Predictions run(const Knobs& k, const Layout& l) const {
+  // columns_only (backward): the column sums only, no dx (a cheaper bound for a ranking).
+  Predictions run(const Knobs& k, const Layout& l, bool columns_only = false) const {
     if (c_.block != ref::Block::none) return run_block(k, l);
     const std::int64_t n = g_.cols;
     const auto RS = static_cast<std::int64_t>(l.rows.size());
@@ -475,16 +476,17 @@ class Engine {
     }
 
     // Backward (every row): dh = rstd (g - mean(g) - xhat mean(g xhat)), g = dy scale; column sums.
-    auto& dx = p["dx"];
-    dx.assign(NS, 0.0);
-    std::vector<double>* dres = r_ ? &p["dresidual"] : nullptr;
+    std::vector<double> no_dx;
+    auto& dx = columns_only ? no_dx : p["dx"];
+    if (!columns_only) dx.assign(NS, 0.0);
+    std::vector<double>* dres = r_ && !columns_only ? &p["dresidual"] : nullptr;
     if (dres) dres->assign(NS, 0.0);
     std::vector<LD> dw(n, 0), db(n, 0), drb(n, 0);
     std::vector<LD> dw_a(n, 0), db_a(n, 0), drb_a(n, 0);  // sums of |terms|: bf16_interval's bound
     // dweight with the wrong lane's parameters (dgamma_tile; computed too when the spec's column
     // sums are cached for a sample), and the columns whose lane falls beyond the last column
     // (read out of bounds: no prediction).
-    const bool priming = l.all_rows && !cols_ && reduction_only(k);
+    const bool priming = l.all_rows && !cols_ && reduction_only(k) && !columns_only;
     const std::int64_t tile = w_ && (k.dgamma_tile > 0 || priming) ? (k.dgamma_tile > 0 ? k.dgamma_tile : kDgammaTile) : 0;
     std::vector<LD> dwt(tile ? n : 0, 0);
     std::vector<std::uint8_t> dwt_unknown(tile ? n : 0, 0);
@@ -500,7 +502,7 @@ class Engine {
     for (std::int64_t ri = 0; ri < RS; ++ri) {
       const std::int64_t row = l.rows[ri];
       if (dead(row)) {
-        for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t j = 0; columns_only ? false : j < n; ++j) {
           dx[static_cast<std::size_t>(ri * n + j)] = k.unwritten;
           if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = k.unwritten;
         }
@@ -532,12 +534,13 @@ class Engine {
         if (b_) accumulate(db, db_a, j, dyv);
       }
       const LD gbar = gsum / static_cast<LD>(n), m2 = gx / static_cast<LD>(n);
+      if (columns_only && !rb_) continue;
       for (std::int64_t j = 0; j < n; ++j) {
         LD K = g[j];
         if (k.centre && k.dx != DxMode::no_mean) K -= gbar;
         if (k.dx != DxMode::no_projection) K -= xh[j] * m2;
         const LD dh = stat_of(ri, j).rstd * K;
-        dx[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(alpha * dh);
+        if (!columns_only) dx[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(alpha * dh);
         if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(dh);
         if (rb_) accumulate(drb, drb_a, j, dh);
       }
@@ -955,7 +958,8 @@ using SpecScores = std::map<std::string, OutputScore>;
 
 Score score_of(const fix::FixtureCase& fc, const Outputs& got,
                const std::map<std::string, OutputAllowance>& allow, const Layout* lay,
-               const Predictions* dialect, const Predictions* spec, SpecScores* same_as_spec = nullptr) {
+               const Predictions* dialect, const Predictions* spec, SpecScores* same_as_spec = nullptr,
+               const std::string& only = {}) {
   OutputScore total;
   auto see = [](OutputScore& acc, double ratio, const std::string& name, std::size_t i) {
     if (ratio > 1) ++acc.s.beyond;
@@ -977,6 +981,7 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
     }
   };
   for (const auto& [name, exp] : fc.expected) {
+    if (!only.empty() && name != only) continue;
     if (!scorable(exp, got, name, allow)) continue;
     const auto& gv = got.at(name).data;
     const auto& a = allow.at(name);
@@ -1043,16 +1048,20 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
 // the rows where the candidate departs most from the spec, where faults show.
 std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& got,
                                     const std::map<std::string, OutputAllowance>& allow,
-                                    const ref::Geometry& g, const Layout& all) {
+                                    const ref::Geometry& g, const Layout& all, double* spec_max) {
   std::vector<double> r(static_cast<std::size_t>(g.rows), 0.0);
+  double others = 0;  // outputs not per row (column sums): their largest ratio
   for (const auto& [name, exp] : fc.expected) {
     if (!scorable(exp, got, name, allow)) continue;
     const auto fi = all.flat.find(name);
-    if (fi == all.flat.end()) continue;
+    const std::size_t cols_all = static_cast<std::size_t>(g.cols);
+    const bool per_row = fi != all.flat.end() && fi->second.size() == r.size() && (name == "mean" || name == "rstd");
+    if (fi == all.flat.end() || (!per_row && fi->second.size() != r.size() * cols_all)) {
+      others = std::max(others, score_of(fc, got, allow, nullptr, nullptr, nullptr, nullptr, name).score);
+      continue;
+    }
     const auto& flat = fi->second;
-    const bool per_row = flat.size() == r.size() && (name == "mean" || name == "rstd");
-    const std::size_t cols = per_row ? 1 : static_cast<std::size_t>(g.cols);
-    if (!per_row && flat.size() != r.size() * cols) continue;
+    const std::size_t cols = per_row ? 1 : cols_all;
     const auto& gv = got.at(name).data;
     const auto& a = allow.at(name);
     for (std::size_t ci = 0; ci < flat.size(); ++ci) {
@@ -1065,6 +1074,10 @@ std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& g
       double& row = r[ci / cols];
       row = std::max(row, ratio);
     }
+  }
+  if (spec_max) {
+    *spec_max = others;
+    for (double v : r) *spec_max = std::max(*spec_max, v);
   }
   return r;
 }
@@ -1725,13 +1738,8 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   // every row); for the others the sample score (dx of the sampled rows) is still a lower bound.
   // Blocks are screened on a sample at any size: every dialect is a run of the FFNs.
   if ((numel > opt.sample_above || c.block != ref::Block::none) && worst + spread < R) {
-    const auto ratios = spec_row_ratios(fc, got, allow, g, all);
-    if (c.direction == ref::Direction::forward) {
-      for (double r : ratios) s_spec = std::max(s_spec, r);  // every forward output is per row
-    } else {
-      s_spec = spec_score(fc, got, allow);  // column sums too
-      full_spec = engine->prime_columns(spec, all);
-    }
+    const auto ratios = spec_row_ratios(fc, got, allow, g, all, &s_spec);
+    if (c.direction == ref::Direction::backward) full_spec = engine->prime_columns(spec, all);
     std::vector<std::int64_t> order(R);
     for (std::size_t r = 0; r < R; ++r) order[r] = static_cast<std::int64_t>(r);
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(worst), order.end(),
@@ -1764,6 +1772,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     Score score;
     std::optional<Predictions> pred;  // on every row, where entries are compared
     std::optional<Predictions> spred;  // on the sample (sampled cases)
+    bool columns_bound = false;  // backward: the score includes the column sums on every row
   };
   std::vector<Entry> all_entries;
   auto name_entry = [&](const Dialect& d, const Variant& var) {
@@ -1954,8 +1963,22 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       if (groups.size() >= opt.keep) break;
     }
     if (blocker == all_entries.size()) break;
-    // Score the blocker on every row.
+    // Score the blocker on every row. Backward, its column sums first (a run without dx): the
+    // sample score with them is a tighter bound, and often enough to pass it by.
     Entry& e = all_entries[blocker];
+    if (c.direction == ref::Direction::backward && c.block == ref::Block::none && !e.columns_bound &&
+        !e.pred) {
+      e.columns_bound = true;
+      const Predictions pc = engine->run(e.k, all, true);
+      const Score cs = score_of(fc, got, allow, &all, &pc, &*full_spec);
+      e.score.beyond += cs.beyond;
+      if (key(cs.score) > key(e.score.score)) {
+        e.score.score = cs.score;
+        e.score.worst_output = cs.worst_output;
+        e.score.worst_index = cs.worst_index;
+      }
+      continue;
+    }
     if (!e.pred) e.pred = engine->run(e.k, all);
     e.score = score_of(fc, got, allow, &all, &*e.pred, &*full_spec, &same_all);
     e.full = true;
