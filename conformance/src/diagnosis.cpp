@@ -481,13 +481,18 @@ class Engine {
     if (!columns_only) dx.assign(NS, 0.0);
     std::vector<double>* dres = r_ && !columns_only ? &p["dresidual"] : nullptr;
     if (dres) dres->assign(NS, 0.0);
-    std::vector<LD> dw(n, 0), db(n, 0), drb(n, 0);
-    std::vector<LD> dw_a(n, 0), db_a(n, 0), drb_a(n, 0);  // sums of |terms|: bf16_interval's bound
+    // On a sample, column sums are predicted only from the spec's (below): not accumulated.
+    const bool sums = l.all_rows;
+    const std::size_t nw = sums && w_ ? static_cast<std::size_t>(n) : 0, nb = sums && b_ ? static_cast<std::size_t>(n) : 0,
+                      nrb = sums && rb_ ? static_cast<std::size_t>(n) : 0;
+    std::vector<LD> dw(nw, 0), db(nb, 0), drb(nrb, 0);
+    std::vector<LD> dw_a(nw, 0), db_a(nb, 0), drb_a(nrb, 0);  // sums of |terms|: bf16_interval's bound
     // dweight with the wrong lane's parameters (dgamma_tile; computed too when the spec's column
     // sums are cached for a sample), and the columns whose lane falls beyond the last column
     // (read out of bounds: no prediction).
     const bool priming = l.all_rows && !cols_ && reduction_only(k) && !columns_only;
-    const std::int64_t tile = w_ && (k.dgamma_tile > 0 || priming) ? (k.dgamma_tile > 0 ? k.dgamma_tile : kDgammaTile) : 0;
+    const std::int64_t tile =
+        w_ && sums && (k.dgamma_tile > 0 || priming) ? (k.dgamma_tile > 0 ? k.dgamma_tile : kDgammaTile) : 0;
     std::vector<LD> dwt(tile ? n : 0, 0);
     std::vector<std::uint8_t> dwt_unknown(tile ? n : 0, 0);
     auto scale_of = [&](std::int64_t row, std::int64_t j) -> LD {
@@ -520,7 +525,7 @@ class Engine {
         g[j] = dyv * scale;
         gsum += g[j];
         gx += g[j] * xh[j];
-        if (w_) accumulate(dw, dw_a, j, dyv * xh[j]);
+        if (w_ && sums) accumulate(dw, dw_a, j, dyv * xh[j]);
         if (tile) {
           const std::int64_t pos = (j / tile) * tile + row % tile;
           if (pos >= n) {
@@ -531,10 +536,10 @@ class Engine {
             dwt[j] += dyv * (yv / scale_of(row, pos));
           }
         }
-        if (b_) accumulate(db, db_a, j, dyv);
+        if (b_ && sums) accumulate(db, db_a, j, dyv);
       }
       const LD gbar = gsum / static_cast<LD>(n), m2 = gx / static_cast<LD>(n);
-      if (columns_only && !rb_) continue;
+      if (columns_only && !(rb_ && sums)) continue;
       for (std::int64_t j = 0; j < n; ++j) {
         LD K = g[j];
         if (k.centre && k.dx != DxMode::no_mean) K -= gbar;
@@ -542,7 +547,7 @@ class Engine {
         const LD dh = stat_of(ri, j).rstd * K;
         if (!columns_only) dx[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(alpha * dh);
         if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(dh);
-        if (rb_) accumulate(drb, drb_a, j, dh);
+        if (rb_ && sums) accumulate(drb, drb_a, j, dh);
       }
     }
     auto emit = [&](const char* name, const std::vector<LD>& acc, const std::vector<LD>& abs_sum) {
