@@ -1,5 +1,5 @@
 // The diagnosis panel (DIAGNOSIS.md): the case's semantics with one known fault applied, each
-// evaluated by one parameterized model of the norm (`Engine`) in long double, with emulated
+// evaluated by one parameterized model of the norm (`Engine`) in double, with emulated
 // float16/bfloat16/float32 arithmetic where the fault is a rounding effect, and scored against
 // the candidate's outputs under the checker's allowances.
 //
@@ -272,7 +272,7 @@ class Engine {
     for (const auto& [name, spec] : output_specs(c_)) {
       if (c_.block != ref::Block::none) {
         // Blocks: y and dx per element of the rows; the parameter gradients ([L, K, D], the
-        // FFN's) over every element (blocks backward are never sampled).
+        // FFN's) over every element, on every row only (a sample scores dx alone).
         if (name == "y" || name == "dx") {
           l.flat[name] = elems;
         } else if (all) {
@@ -1758,9 +1758,10 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   } else {
     s_spec = spec_score(fc, got, allow);
   }
-  // Fits (eps_other_value) look at every row, sampled or not, so that a sample changes no
-  // variant.
-  const Ctx ctx{fc, c, got, spec, g, all.rows};
+  // Fits (eps_other_value) look at the screened rows: the rows where the candidate departs most
+  // from the spec, where a wrong eps shows (on a sample, a fit from every row would cost more
+  // than the rest of the screen).
+  const Ctx ctx{fc, c, got, spec, g, lay.rows};
   const bool sampled = !lay.all_rows;
   const Predictions spec_pred = engine->run(spec, lay);
   // The spec's own score per output, on the sample and on every row (sampled cases: against the
@@ -2041,7 +2042,7 @@ std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
 
 std::string describe_diagnosis(const std::vector<Diagnosis>& d) {
   if (d.empty())
-    return "diagnosis: the panel does not cover this case (no dialect applies, a block backward, or more "
+    return "diagnosis: the panel does not cover this case (no dialect applies, or more "
            "than 2^24 elements)";
   const Diagnosis& b = d.front();
   std::string params;

@@ -52,7 +52,7 @@ struct DiagnoseOptions {
 // Ranks the panel's dialects on one case, best (lowest score) first, and returns the best
 // `keep`. `allow` is derive_allowances(fc.c) (the runner has it already). Outputs of `got` with
 // a wrong shape or dtype, and missing ones, are not scored. Returns an empty list for a case the
-// panel does not model (no dialect applies, blocks backward, more than max_elements); never
+// panel does not model (no dialect applies, more than max_elements); never
 // throws.
 std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
                                 const std::map<std::string, OutputAllowance>& allow,
