@@ -653,9 +653,17 @@ class Engine {
       return a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
              a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype &&
              a.rstd_round == b.rstd_round && a.offset == b.offset && a.block == b.block;
+    if (c_.direction == ref::Direction::backward) {
+      // Backward reads neither the bias (dbias is sum(dy) either way) nor where it is added.
+      auto bwd = [](Knobs k) {
+        if (k.weight == WeightMode::bias_first) k.weight = WeightMode::normal;
+        k.bias_missing = false;
+        return k;
+      };
+      return same_statistics(bwd(a), bwd(b)) && a.colsum == b.colsum && a.zero_cols == b.zero_cols &&
+             a.dgamma_tile == b.dgamma_tile;
+    }
     if (!same_statistics(a, b)) return false;
-    if (c_.direction == ref::Direction::backward)
-      return a.colsum == b.colsum && a.zero_cols == b.zero_cols && a.dgamma_tile == b.dgamma_tile;
     return a.pts.xhat == b.pts.xhat && a.pts.scale == b.pts.scale && a.pts.mul == b.pts.mul &&
            a.res_out == b.res_out && a.rstd_out == b.rstd_out &&
            a.rstd_out_unrounded == b.rstd_out_unrounded && a.unwritten == b.unwritten;
@@ -965,7 +973,7 @@ using SpecScores = std::map<std::string, OutputScore>;
 Score score_of(const fix::FixtureCase& fc, const Outputs& got,
                const std::map<std::string, OutputAllowance>& allow, const Layout* lay,
                const Predictions* dialect, const Predictions* spec, SpecScores* same_as_spec = nullptr,
-               const std::string& only = {}) {
+               const std::string& only = {}, bool need_distinct = true) {
   OutputScore total;
   auto see = [](OutputScore& acc, double ratio, const std::string& name, std::size_t i) {
     if (ratio > 1) ++acc.s.beyond;
@@ -1027,7 +1035,8 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
       const double p = predicted(di->second[ci], si->second[ci], exp.f64[i], t == DType::float64);
       const bool has_slack = sl != dialect->slack.end();
       if (has_slack && gr == dialect->grid.end() && std::isinf(sl->second[ci])) continue;  // no prediction
-      if (!(total.s.distinct || acc.s.distinct) && !(std::fabs(p - exp.f64[i]) <= kSameWithin * a.abs[i]) &&
+      if (need_distinct && !(total.s.distinct || acc.s.distinct) &&
+          !(std::fabs(p - exp.f64[i]) <= kSameWithin * a.abs[i]) &&
           !std::isnan(a.abs[i])) {
         const double rp = ref::round_to(p, t), re = ref::round_to(exp.f64[i], t);
         acc.s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
@@ -1835,8 +1844,8 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       Score sc;
       bool full = !sampled;
       std::optional<Predictions> spred;
-      if (sampled) spred = p;
       if (sampled && full_spec && engine->reduction_only(var.k)) {
+        spred = p;
         // Backward, a dialect of the column reductions only: its dx is the spec's on every row
         // and its column sums are over every row already, so it is scored exactly on every row.
         Predictions pf = *full_spec;
@@ -1848,13 +1857,15 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
         sc = score_of(fc, got, allow, &all, &p, &*full_spec, &same_all);
         full = true;
       } else {
-        sc = score_of(fc, got, allow, &lay, &p, &spec_pred, &same_lay);
+        // On a sample, whether the dialect differs from the spec is decided on every row.
+        sc = score_of(fc, got, allow, &lay, &p, &spec_pred, &same_lay, {}, !sampled);
       }
       // A dialect no output of this case can tell from the spec (the spec itself among them) is
       // not a diagnosis. On a sample that is decided on every row, if it comes to that.
       if (full && !sc.distinct) continue;
       if (sampled) {
         // Every variant is a candidate of its own: the best on the sample need not be the best.
+        if (!full) spred = std::move(p);
         all_entries.push_back(Entry{name_entry(d, var), var.k, di, std::nullopt, full, false, sc,
                                     full ? std::optional<Predictions>(std::move(p)) : std::nullopt,
                                     std::move(spred)});
