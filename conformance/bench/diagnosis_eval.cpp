@@ -7,9 +7,9 @@
 //     (derive_allowances + check_case), in CPU time of the thread.
 //
 //   diagnosis_eval FIXTURES.h5 [--assert] [--verbose]
-// --assert exits 1 when top-1 < 90 % or top-3 < 98 % (over the mutants whose fault has a
-// dialect), a passing case carries a diagnosis, a FAILED one has none, or a correct kernel
-// fails. Times are printed, not asserted (CI machines are shared).
+// --assert exits 1 when top-1 < 95 % or top-3 < 99 % (over the mutants whose fault has a
+// dialect; the smoke tier measures 98.3 % and 99.6 %, DIAGNOSIS.md), a passing case carries a
+// diagnosis, a FAILED one has none, or a correct kernel fails. Times are printed, not asserted (CI machines are shared).
 //
 // The planted fault of each mutant is named below by the dialect(s) that describe it, written
 // from the mutant's fault text (its `fault` metadata), not from its code.
@@ -45,7 +45,7 @@ const std::map<std::string, std::set<std::string>>& planted() {
       {"mut_eps_dropped", {"eps_missing"}},
       // eps rounded to float16: 1e-12 underflows to 0, which is eps_missing on that case.
       {"mut_eps_fp16", {"eps_fp16", "eps_missing"}},
-      {"mut_one_pass_variance", {"one_pass_variance_fp32", "one_pass_variance_fp16"}},
+      {"mut_one_pass_variance", {"one_pass_variance_fp32", "one_pass_variance_fp16", "one_pass_variance_fp64"}},
       {"mut_unbiased_variance", {"unbiased_variance"}},
       {"mut_padding_lanes", {"padding_lanes"}},
       {"mut_fp16_accumulation", {"low_precision_accumulation_fp16"}},
@@ -67,7 +67,7 @@ const std::map<std::string, std::set<std::string>>& planted() {
       {"mut_post_ln_double_norm", {"block_post_double_norm"}},
       {"mut_dweight_bf16_reduction", {"column_sums_bf16"}},
       {"mut_dweight_warp_width", {"column_sums_columns_dropped"}},
-      {"mut_dgamma_wrong_index", {}},
+      {"mut_dgamma_wrong_index", {"dweight_wrong_lane_params"}},
       {"mut_rows_beyond_grid_limit", {"rows_not_computed"}},
   };
   return m;
@@ -237,9 +237,10 @@ int main(int argc, char** argv) {
       t_check, t_diag, t_check > 0 ? t_diag / t_check : 0.0, worst_ratio, worst_ratio_case);
   if (!assert_targets) return 0;
   bool ok = true;
-  if (top1 < 90) ok = false, fmt::print("FAIL: top-1 {:.1f} % < 90 %\n", top1);
-  // The target is 100 %; one (mutant, case) pair of the smoke tier misses it (DIAGNOSIS.md).
-  if (top3 < 98) ok = false, fmt::print("FAIL: top-3 {:.1f} % < 98 %\n", top3);
+  // The targets are top-1 >= 90 % and top-3 = 100 %; the thresholds are what the smoke
+  // tier meets (one (mutant, case) pair misses the top 3: DIAGNOSIS.md).
+  if (top1 < 95) ok = false, fmt::print("FAIL: top-1 {:.1f} % < 95 %\n", top1);
+  if (top3 < 99) ok = false, fmt::print("FAIL: top-3 {:.1f} % < 99 %\n", top3);
   if (passing_with || failed_without) ok = false, fmt::print("FAIL: diagnoses attached to the wrong cases\n");
   if (correct_failures) ok = false, fmt::print("FAIL: a correct kernel failed\n");
   return ok ? 0 : 1;

@@ -276,6 +276,125 @@ TEST(Diagnosis, BackwardReductionFaults) {
   }
 }
 
+// dweight with x-hat rebuilt from y using the weight/bias of the row's lane in a 32-wide tile
+// (DeepSpeed #692), computed here in long double from the inputs (not by the panel's engine),
+// each sum rounded once: the dialect names it, and the correct outputs are not explained by it.
+TEST(Diagnosis, DweightWrongLaneParameters) {
+  const std::int64_t rows = 8, cols = 64;
+  auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, cols, 0, 1);
+  std::mt19937_64 rng(12);
+  c.direction = ref::Direction::backward;
+  c.inputs["dy"] = ref::Tensor{DType::float32, {rows, cols}, normal(rng, rows * cols, 0, 1, DType::float32)};
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  const auto& x = c.inputs.at("x").data;
+  const auto& w = c.inputs.at("weight").data;
+  const auto& b = c.inputs.at("bias").data;
+  const auto& dy = c.inputs.at("dy").data;
+  std::vector<long double> dw(cols, 0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    long double sum = 0, ss = 0;
+    for (std::int64_t j = 0; j < cols; ++j) sum += x[r * cols + j];
+    const long double mean = sum / cols;
+    for (std::int64_t j = 0; j < cols; ++j) ss += (x[r * cols + j] - mean) * (x[r * cols + j] - mean);
+    const long double rstd = 1 / std::sqrt(ss / cols + c.epsilon);
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const std::int64_t pos = (j / 32) * 32 + r % 32;  // the row's lane, not the column's
+      const long double xh = (x[r * cols + j] - mean) * rstd;
+      dw[j] += dy[r * cols + j] * ((xh * w[j] + b[j] - b[pos]) / w[pos]);
+    }
+  }
+  for (std::int64_t j = 0; j < cols; ++j)
+    got["dweight"].data[j] = ref::round_to(static_cast<double>(dw[j]), DType::float32);
+  expect_first(fc, got, "dweight_wrong_lane_params");
+  EXPECT_EQ(diagnose(fc, got)[0].parameters.at("tile"), 32);
+
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (const auto& d : diagnose(fc, got, {.keep = 100}))
+    if (d.dialect == "dweight_wrong_lane_params") {
+      EXPECT_GT(d.score, 100) << "explains correct sums: " << d.evidence;
+    }
+}
+
+// One-pass variance E[h^2] - E[h]^2 in float64 (a float64 kernel), written here with sequential
+// double sums, on rows of mean 1e4 and sigma 1e-3 where it cancels.
+TEST(Diagnosis, OnePassVarianceInFloat64) {
+  const std::int64_t rows = 4, cols = 64;
+  auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, cols, 1e4, 1e-3, DType::float64);
+  c.dtype_compute = DType::float64;
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  const auto& x = c.inputs.at("x").data;
+  const auto& w = c.inputs.at("weight").data;
+  const auto& b = c.inputs.at("bias").data;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double s1 = 0, s2 = 0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      s1 += x[r * cols + j];
+      s2 += x[r * cols + j] * x[r * cols + j];
+    }
+    const double m = s1 / cols, var = s2 / cols - m * m;
+    const double rstd = 1 / std::sqrt(var + c.epsilon);
+    got["rstd"].data[r] = rstd;
+    got["mean"].data[r] = m;
+    for (std::int64_t j = 0; j < cols; ++j)
+      got["y"].data[r * cols + j] = static_cast<double>(
+          static_cast<long double>(x[r * cols + j] - m) * rstd * w[j] + b[j]);
+  }
+  expect_first(fc, got, "one_pass_variance_fp64");
+}
+
+// Residual blocks backward (every parameter gradient and dx): faults planted through the
+// certified reference evaluating the block with the fault applied as a change of the case.
+ref::Case block_bwd_case(ref::Op op, ref::Block block) {
+  std::mt19937_64 rng(21);
+  const std::int64_t rows = 4, d = 16, f = 8, layers = 2, k = block == ref::Block::sandwich ? 2 : 1;
+  ref::Case c;
+  c.op = op;
+  c.block = block;
+  c.layers = layers;
+  c.affine = ref::Affine::weight_bias;
+  c.epsilon = 1e-5;
+  c.direction = ref::Direction::backward;
+  const DType t = DType::float32;
+  c.dtype_x = c.dtype_param = c.dtype_out = c.dtype_residual = c.dtype_compute = t;
+  auto tensor = [&](std::vector<std::int64_t> shape, double mean, double sd) {
+    std::size_t n = 1;
+    for (auto e : shape) n *= static_cast<std::size_t>(e);
+    return ref::Tensor{t, shape, normal(rng, n, mean, sd, t)};
+  };
+  c.inputs["x"] = tensor({rows, d}, 0.5, 1);
+  c.inputs["ffn_w1"] = tensor({layers, f, d}, 0, 0.5);
+  c.inputs["ffn_b1"] = tensor({layers, f}, 0, 0.5);
+  c.inputs["ffn_w2"] = tensor({layers, d, f}, 0, 0.5);
+  c.inputs["ffn_b2"] = tensor({layers, d}, 0, 0.5);
+  c.inputs["weight"] = tensor({layers, k, d}, 1, 0.5);
+  c.inputs["bias"] = tensor({layers, k, d}, 0, 0.5);
+  c.inputs["dy"] = tensor({rows, d}, 0, 1);
+  return c;
+}
+
+TEST(Diagnosis, BlocksBackwardFromTheReference) {
+  for (const auto block : {ref::Block::pre, ref::Block::post, ref::Block::sandwich}) {
+    SCOPED_TRACE(static_cast<int>(block));
+    auto rms = block_bwd_case(ref::Op::rmsnorm, block);
+    auto centred = rms;
+    centred.op = ref::Op::layernorm;
+    const auto fc = fixture_of(rms);
+    expect_first(fc, outputs_of(centred, fc), "rms_centred");
+
+    // Variances near eps: an eps of 1e-3 instead of 1e-5 is one of the values tried backward.
+    auto ln = block_bwd_case(ref::Op::layernorm, block);
+    for (auto& v : ln.inputs["x"].data) v = ref::round_to(v * 1e-2, DType::float32);
+    auto other = ln;
+    other.epsilon = 1e-3;
+    const auto fl = fixture_of(ln);
+    expect_first(fl, outputs_of(other, fl), "eps_other_value");
+  }
+}
+
 // Rows from a limit on left at 0 (a launch grid capped): the limit is found.
 TEST(Diagnosis, RowsNotComputed) {
   const auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 40, 8, 0, 1);

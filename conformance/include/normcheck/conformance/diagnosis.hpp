@@ -34,13 +34,16 @@ struct Diagnosis {
 
 struct DiagnoseOptions {
   std::size_t keep = 5;  // the best this many dialects are returned
-  // Cases of more than `sample_above` elements are ranked on a sample of rows (the rows where
+  // Cases of more than `sample_above` elements are screened on a sample of rows (the rows where
   // the outputs depart most from the spec, at most `sample_rows` and an eighth of the rows, and
-  // as many spread over the case); the best `full_evaluations` are then scored on every row,
-  // the others keep their sample score, a lower bound (explains = false, the evidence says so).
-  std::size_t sample_above = 2048;
+  // as many spread over the case): a sample score is a lower bound of the full one. Entries are
+  // then scored on every row in ranking order until the best `exact_top` are exact (branch and
+  // bound: the ranking of those is the one every row would give), with every entry that may
+  // merge into the best one; the entries after them may keep their sample score
+  // (explains = false, the evidence says "at least").
+  std::size_t sample_above = 256;
   std::size_t sample_rows = 8;
-  int full_evaluations = 2;
+  std::size_t exact_top = 1;
   // Cases larger than this (elements of x) are not diagnosed: the predictions of a few dialects
   // are held in memory at once (8 bytes per element each).
   std::size_t max_elements = std::size_t{1} << 24;
@@ -49,7 +52,7 @@ struct DiagnoseOptions {
 // Ranks the panel's dialects on one case, best (lowest score) first, and returns the best
 // `keep`. `allow` is derive_allowances(fc.c) (the runner has it already). Outputs of `got` with
 // a wrong shape or dtype, and missing ones, are not scored. Returns an empty list for a case the
-// panel does not model (no dialect applies, blocks backward, more than max_elements); never
+// panel does not model (no dialect applies, more than max_elements); never
 // throws.
 std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
                                 const std::map<std::string, OutputAllowance>& allow,
