@@ -112,6 +112,10 @@ using Points = ref::ResolvedPoints;
 struct RowModel {
   bool finite = true;
   bool trusted = true;
+  // A sum a correct kernel forms (sum of |h|; of squared deviations, or of squares for RMSNorm)
+  // may reach the compute dtype's largest finite value: `acc` bounds it (section 5).
+  bool overflow = false, overflow_mean = false;  // any of them; sum |h| (the mean's sum)
+  double acc = 0;
   double mean = 0, rstd = 0;
   double e_mean = 0, e_rstd_rel = 0, e_q_rel = 0;
   double kappa = 0, max_e_xhat = 0;
@@ -221,10 +225,11 @@ class Model {
           if (ln) out.at("mean").nan_ok[row] = 1;
           out.at("rstd").nan_ok[row] = 1;
         }
-        if (ln) out.at("mean").abs[row] = m.finite ? final_allowance(m.mean, m.e_mean, c_.dtype_compute)
-                                                  : ieee_allowance(c_.dtype_compute);
+        if (ln) out.at("mean").abs[row] = !m.finite  ? ieee_allowance(c_.dtype_compute)
+                                          : m.overflow_mean ? kNaN
+                                                       : final_allowance(m.mean, m.e_mean, c_.dtype_compute);
         out.at("rstd").abs[row] = !m.finite ? ieee_allowance(c_.dtype_compute)
-                                  : m.e_q_rel >= kBounds.mistrust
+                                  : m.e_q_rel >= kBounds.mistrust || m.overflow
                                       ? kNaN
                                       : final_allowance(m.rstd, m.rstd * m.e_rstd_rel, c_.dtype_compute);
         if (r_) {
@@ -323,6 +328,9 @@ class Model {
       return m.trusted;
     };
     // A product W x + b of rows of length n (section 7.2): value and bound.
+    // A sum of the FFN whose |terms| reach the compute dtype's largest finite value may overflow
+    // in a correct kernel: the position is MISTRUSTED (section 5).
+    bool ffn_overflow = false;
     auto product = [&](const double* W, double b, const std::vector<double>& x, const std::vector<double>& e_x,
                        std::int64_t n, double& val, double& err, double& mag) {
       double acc = b, abs_sum = std::fabs(b), e = cp_.conv(b, c_.dtype_param);
@@ -334,6 +342,10 @@ class Model {
       val = acc;
       err = e + cp_.gam(static_cast<double>(n + 1)) * abs_sum + static_cast<double>(n + 1) * cp_.eta;
       mag = abs_sum;
+      if (overflows(abs_sum + err, n)) {
+        ffn_overflow = true;
+        worst.see_overflow(abs_sum + err, n);
+      }
     };
     std::vector<double> f(D), e_f(D), fmag(D);
     // F(in) of layer l: saves z, a in the layer's state; F in f / e_f.
@@ -445,6 +457,7 @@ class Model {
         e_v[j] = cp_.conv(v[j], c_.dtype_x);
       }
       bool trusted = true;
+      ffn_overflow = false;
       for (std::int64_t l = 0; l < L; ++l) {
         LayerState& s = st[static_cast<std::size_t>(l)];
         switch (c_.block) {
@@ -458,6 +471,10 @@ class Model {
               const double sum = al * v[j] + f[j];
               e_f[j] = std::fabs(al) * e_v[j] + e_f[j] +
                        (al != 1 ? 2 : 1) * cp_.u * (std::fabs(al * v[j]) + std::fabs(f[j]));
+              if (overflows(std::fabs(al * v[j]) + std::fabs(f[j]) + e_f[j], 2)) {
+                ffn_overflow = true;
+                worst.see_overflow(std::fabs(al * v[j]) + std::fabs(f[j]) + e_f[j], 2);
+              }
               f[j] = sum;
             }
             trusted = norm(l, 0, s.n0, f, e_f, v, e_v) && trusted;
@@ -475,6 +492,10 @@ class Model {
             for (std::int64_t j = 0; j < D; ++j) {
               const double sum = v[j] + f[j];
               e_v[j] = e_v[j] + e_f[j] + cp_.u * std::fabs(sum);
+              if (overflows(std::fabs(v[j]) + std::fabs(f[j]) + e_v[j], 1)) {
+                ffn_overflow = true;
+                worst.see_overflow(std::fabs(v[j]) + std::fabs(f[j]) + e_v[j], 1);
+              }
               v[j] = sum;
             }
             break;
@@ -491,6 +512,7 @@ class Model {
           }
         }
       }
+      trusted = trusted && !ffn_overflow;
       if (!trusted) ++untrusted_rows;
       if (!bwd) {
         auto& y = out.at("y");
@@ -571,13 +593,26 @@ class Model {
     }
   };
 
-  // The most ill-conditioned untrusted row seen, for the MISTRUSTED reason.
+  // The most ill-conditioned untrusted row seen, and the largest sum that may overflow, for the
+  // MISTRUSTED reason.
   struct Worst {
     bool seen = false;
     std::int64_t n = 0;
     double kappa = 0, e_xhat = 0, e_q = 0;
+    std::int64_t overflow_sums = 0, overflow_n = 0;
+    double overflow_acc = 0;
+    void see_overflow(double acc, std::int64_t terms) {
+      ++overflow_sums;
+      if (acc > overflow_acc) {
+        overflow_acc = acc;
+        overflow_n = terms;
+      }
+    }
     void see(const RowModel& m) {
-      if (m.trusted || (seen && m.max_e_xhat <= e_xhat && m.e_q_rel <= e_q)) return;
+      if (m.overflow) see_overflow(m.acc, static_cast<std::int64_t>(m.h.size()));
+      if (m.trusted || (m.overflow && m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust) ||
+          (seen && m.max_e_xhat <= e_xhat && m.e_q_rel <= e_q))
+        return;
       seen = true;
       n = static_cast<std::int64_t>(m.h.size());
       kappa = m.kappa;
@@ -608,12 +643,20 @@ class Model {
                         std::int64_t R, std::string_view where) const {
     for (auto& [name, a] : out) {
       a.mistrusted = std::count_if(a.abs.begin(), a.abs.end(), [](double v) { return std::isnan(v); });
-      if (a.mistrusted > 0 && worst.seen)
+      if (a.mistrusted == 0) continue;
+      if (worst.seen)
         a.reason = fmt::format(
             "{} of {} rows too ill-conditioned for {} compute{}: row length {}, condition {:.3g}, bound on x-hat "
             "error {:.3g} and on the relative variance error {:.3g} (MISTRUSTED at >= {})",
             untrusted_rows, R, ref::name_of(c_.dtype_compute), where, worst.n, worst.kappa, worst.e_xhat, worst.e_q,
             kBounds.mistrust);
+      if (worst.overflow_sums > 0)
+        a.reason += fmt::format(
+            "{}{} sum{}{} may overflow the {} accumulator of a correct kernel: a sum of {} terms whose |terms| add up "
+            "to {:.6g}, against the largest finite {} {:.6g}",
+            a.reason.empty() ? "" : "; ", worst.overflow_sums, worst.overflow_sums == 1 ? "" : "s", where,
+            ref::name_of(c_.dtype_compute), worst.overflow_n, worst.overflow_acc, ref::name_of(c_.dtype_compute),
+            ref::max_finite(c_.dtype_compute));
     }
   }
 
@@ -719,7 +762,29 @@ class Model {
       if (!std::isfinite(m.rstd)) m.e_xhat[j] = kInf;
       m.max_e_xhat = std::max(m.max_e_xhat, m.e_xhat[j]);
     }
-    m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust;
+    // Section 5: the sums a correct kernel accumulates in the compute dtype are bounded by sum |h|
+    // (the mean) and sum d^2 (the variance: two-pass, or Welford's M2, whose prefixes never exceed
+    // it; RMSNorm: sum h^2), each with its propagated errors. Where one may reach the largest
+    // finite value, a correct kernel's sum may be infinite (found by the property tests: a
+    // float16 DeepNorm block, property_tests/findings/).
+    double s1 = 0, s2 = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      s1 += std::fabs(m.h[j]) + e_h[j];
+      const double dj = std::fabs(m.d[j]) + e_h[j] + m.e_mean;
+      s2 += dj * dj;
+    }
+    m.acc = std::max(s1, s2);
+    m.overflow_mean = overflows(s1, n + 1);
+    m.overflow = m.overflow_mean || overflows(s2, n + 2);
+    m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust && !m.overflow;
+  }
+
+  // Whether a sum of `terms` terms whose |terms| (with their errors) add up to `acc` may reach
+  // the compute dtype's largest finite value in a correct kernel (each partial sum within
+  // gamma(terms) of its exact value).
+  bool overflows(double acc, std::int64_t terms) const {
+    if (acc == 0) return false;
+    return !(acc * (1 + cp_.gam(static_cast<double>(terms))) < ref::max_finite(c_.dtype_compute));
   }
 
   // Section 4 for one row: the upstream gradient dy (errors e_dy) through the norm whose row

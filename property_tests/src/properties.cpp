@@ -331,6 +331,7 @@ const std::vector<Property>& properties() {
          layout_invariance},
     };
     for (auto& q : metamorphic_properties()) p.push_back(std::move(q));
+    for (auto& q : composition_properties()) p.push_back(std::move(q));
     return p;
   }();
   return all;
