@@ -392,7 +392,7 @@ void memory_layout_invariance(Context& ctx) {
                                        lay.offset_bytes ? fmt::format(" starting {} bytes into their buffers", lay.offset_bytes) : "",
                                        lay.column_major ? " in column-major order" : "");
   if (auto diff = invariance_diff(ctx, d.c, dense, d.c, other, nullptr, nullptr, "dense row-major inputs", what)) {
-    auto res = agreement_of(d.c, other);
+    auto res = agreement_of(d.c, dense);  // what `normcheck run` replays: the dense layout
     fail(ctx, d.c, d.family,
          fmt::format("memory layout invariance: {} (the counterexample file replays the dense layout)", *diff), res,
          false);
