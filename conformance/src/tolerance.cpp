@@ -784,7 +784,11 @@ class Model {
   // gamma(terms) of its exact value).
   bool overflows(double acc, std::int64_t terms) const {
     if (acc == 0) return false;
-    return !(acc * (1 + cp_.gam(static_cast<double>(terms))) < ref::max_finite(c_.dtype_compute));
+    // Where gamma is unbounded (terms u >= 1/2, float16 rows of 1022 and more) the row is
+    // untrusted by the first rule already (its mean and variance bounds are infinite); only a sum
+    // whose value itself reaches the limit is called an overflow there.
+    const double g = cp_.gam(static_cast<double>(terms));
+    return !(acc * (std::isfinite(g) ? 1 + g : 1.0) < ref::max_finite(c_.dtype_compute));
   }
 
   // Section 4 for one row: the upstream gradient dy (errors e_dy) through the norm whose row
