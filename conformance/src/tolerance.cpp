@@ -121,6 +121,9 @@ struct RowModel {
   double kappa = 0, max_e_xhat = 0;
   double A = 0;
   std::vector<double> h, e_h_pre, e_h_post, d, xhat, e_xhat;
+  // 1 where forming h (alpha x + residual (+ bias), or x converted) may reach the compute dtype's
+  // largest finite value: a correct kernel's h, residual_out included, may be infinite there.
+  std::vector<std::uint8_t> h_overflow;
   // Error of our binary64 x-hat: the mean of n terms errs by ~n 2^-53 A, scaled by rstd, plus
   // a few roundings of x-hat itself.
   double slack_xhat(std::int64_t j) const {
@@ -242,9 +245,10 @@ class Model {
             // residual_out is h after the contract's h point: where that rounding may go either
             // way (through_rounding), a correct kernel's h is a neighbour (found by the property
             // tests: h summed in float32, then rounded to float16 onto a tie).
-            ro.abs[k] = std::isfinite(m.h[j])
-                            ? final_allowance(m.h[j], std::max(m.e_h_pre[j], m.e_h_post[j]), c_.dtype_residual)
-                            : ieee_allowance(c_.dtype_residual);
+            ro.abs[k] = !std::isfinite(m.h[j]) ? ieee_allowance(c_.dtype_residual)
+                        : m.h_overflow[j]      ? kNaN
+                                               : final_allowance(m.h[j], std::max(m.e_h_pre[j], m.e_h_post[j]),
+                                                                 c_.dtype_residual);
           }
         }
         continue;
@@ -676,6 +680,9 @@ class Model {
     m.xhat.resize(n);
     m.e_xhat.resize(n);
     m.finite = true;
+    m.h_overflow.assign(n, 0);
+    bool any_h_overflow = false;
+    double h_terms = 0;
     std::vector<double> e_h(n);
     // 3.1 h and its error (fused residual: up to three roundings, plus conversions).
     for (std::int64_t j = 0; j < n; ++j) {
@@ -690,6 +697,15 @@ class Model {
             cp_.gam(ops) * (std::fabs(ax) + std::fabs(res) + std::fabs(rb)) + ops * cp_.eta;
       }
       m.e_h_pre[j] = e;
+      // Section 5: the terms of h (or x itself) against the compute dtype's range (found by the
+      // property tests: 2 x = -105984 in float16 compute gives residual_out = -inf).
+      const double terms = r_ ? std::fabs(c_.alpha * x) + std::fabs(value(r_, k)) + (rb_ ? std::fabs(value(rb_, j)) : 0.0)
+                              : std::fabs(x);
+      if (std::isfinite(terms) && overflows(terms + e, r_ ? 3 : 1)) {
+        m.h_overflow[j] = 1;
+        any_h_overflow = true;
+        h_terms = std::max(h_terms, terms + e);
+      }
       if (pts_.h) {
         e = through_rounding(h, e, slack_of(std::fabs(c_.alpha * x) + std::fabs(value(r_, k)) + (rb_ ? std::fabs(value(rb_, j)) : 0.0), 3), *pts_.h);
         h = ref::round_to(h, *pts_.h);
@@ -704,6 +720,11 @@ class Model {
       return;
     }
     stats(m, e_h);
+    if (any_h_overflow) {  // the row's h, and so its statistics, may be infinite in a kernel
+      m.overflow = m.overflow_mean = true;
+      m.trusted = false;
+      m.acc = std::max(m.acc, h_terms);
+    }
   }
 
   // Sections 3.2-3.6 for a row whose values m.h (finite) carry the errors e_h.
