@@ -804,7 +804,9 @@ class Model {
   // the compute dtype's largest finite value in a correct kernel (each partial sum within
   // gamma(terms) of its exact value).
   bool overflows(double acc, std::int64_t terms) const {
-    if (acc == 0) return false;
+    // A non-finite bound comes from an infinite error bound upstream: that row is untrusted by
+    // the first rule already, and nothing is known about its sums.
+    if (acc == 0 || !std::isfinite(acc)) return false;
     // Where gamma is unbounded (terms u >= 1/2, float16 rows of 1022 and more) the row is
     // untrusted by the first rule already (its mean and variance bounds are infinite); only a sum
     // whose value itself reaches the limit is called an overflow there.
