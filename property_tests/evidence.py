@@ -42,6 +42,12 @@ def run_prop(normcheck, cand, props, tests, seed, out_json, save_dir):
         return json.load(f), secs, r.stdout
 
 
+def rows_x_cols(pr):
+    """'R rows of N' of a failed property's shrunk counterexample (from its case summary)."""
+    summary = (pr.get("counterexample") or {}).get("summary", "")
+    return summary.split("(")[1].split(")")[0] if "(" in summary else ""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--normcheck", required=True)
@@ -78,18 +84,17 @@ def main():
                 print(f"| `{m}` | NOT CAUGHT | > {a.tests} per property | | | {total:.1f} |", flush=True)
                 continue
             cx = caught["counterexample"] or {}
-            summary = cx.get("summary", "")
-            rows_cols = summary.split("(")[1].split(")")[0] if "(" in summary else ""
+            rows_cols = rows_x_cols(caught)
             print(f"| `{m}` | {caught['name']} | {caught['tests'] + 1} | {cx.get('shape')} | {rows_cols} | "
                   f"{total:.1f} |", flush=True)
     if a.reference_free:
         others = [p for p in props if p != "agreement"]
-        print("| mutant | properties that catch it (tests needed) | seconds |")
+        print("| mutant | properties that catch it (tests needed; shrunk counterexample) | seconds |")
         print("|---|---|---|")
         for m in a.only or candidates(a.normcheck, "mutant"):
             res, secs, _ = run_prop(a.normcheck, m, others, a.tests, a.seed,
                                     os.path.join(a.out, m.replace(":", "_") + ".reference_free.json"), save)
-            caught = [f"{pr['name']} ({pr['tests'] + 1})" for pr in res["properties"]
+            caught = [f"{pr['name']} ({pr['tests'] + 1}; {rows_x_cols(pr)})" for pr in res["properties"]
                       if pr["verdict"] in ("FAILED", "CRASHED")]
             print(f"| `{m}` | {', '.join(caught) if caught else 'none'} | {secs:.1f} |", flush=True)
     if a.correct:

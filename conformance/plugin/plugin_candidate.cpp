@@ -119,24 +119,57 @@ std::vector<std::string> split_contracts(const char* list) {
 // Elements cross as their dtype's storage (ref::store_native / load_native): every value of a
 // case's tensor belongs to its dtype, so both ways are exact.
 
-// A dense row-major host tensor in its dtype's bytes, and the nc_tensor that views it.
+// A host tensor in its dtype's bytes, and the nc_tensor that views it: dense row-major, or laid
+// out as an InputLayout says (padding NaN-filled, an offset into the buffer, column-major).
 class HostTensor {
  public:
-  HostTensor(ref::DType dtype, std::vector<std::int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
-    strides_.assign(shape_.size(), 1);
-    for (std::size_t d = shape_.size(); d-- > 1;) strides_[d - 1] = strides_[d] * shape_[d];
+  HostTensor(ref::DType dtype, std::vector<std::int64_t> shape, const InputLayout& layout = {})
+      : dtype_(dtype), shape_(std::move(shape)), dense_(layout.dense()) {
     numel_ = 1;
     for (const auto e : shape_) numel_ *= e;
-    const std::size_t bytes = static_cast<std::size_t>(numel_) * ref::storage_bytes(dtype_);
+    const std::size_t rank = shape_.size();
+    strides_.assign(rank, 1);
+    std::int64_t span = numel_;
+    if (dense_) {
+      for (std::size_t d = rank; d-- > 1;) strides_[d - 1] = strides_[d] * shape_[d];
+    } else {
+      // Dims from the fastest: the last one (row-major) or the first (column-major); the fastest
+      // run is followed by `pad` unused elements.
+      span = 1;
+      for (std::size_t k = 0; k < rank; ++k) {
+        const std::size_t d = layout.column_major ? k : rank - 1 - k;
+        strides_[d] = span;
+        span *= shape_[d] + (k == 0 ? layout.pad : 0);
+      }
+      offset_ = layout.offset_bytes / static_cast<std::int64_t>(ref::storage_bytes(dtype_));
+      span += offset_;
+    }
+    const std::size_t bytes = static_cast<std::size_t>(span) * ref::storage_bytes(dtype_);
     const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     data_.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded)));
     if (!data_) throw std::bad_alloc();
+    if (!dense_)  // a kernel that reads the padding or what precedes the tensor reads NaN
+      for (std::int64_t i = 0; i < span; ++i)
+        ref::store_native(std::numeric_limits<double>::quiet_NaN(), dtype_,
+                          data_.get() + static_cast<std::size_t>(i) * ref::storage_bytes(dtype_));
   }
   std::int64_t numel() const { return numel_; }
-  std::byte* at(std::int64_t i) { return data_.get() + static_cast<std::size_t>(i) * ref::storage_bytes(dtype_); }
+  // Element i in row-major order.
+  std::byte* at(std::int64_t i) {
+    std::int64_t off = i;
+    if (!dense_) {
+      off = offset_;
+      for (std::size_t d = shape_.size(); d-- > 0;) {
+        off += (i % shape_[d]) * strides_[d];
+        i /= shape_[d];
+      }
+    }
+    return data_.get() + static_cast<std::size_t>(off) * ref::storage_bytes(dtype_);
+  }
   nc_tensor view() {
-    return {data_.get(), static_cast<std::int32_t>(dtype_), static_cast<std::int32_t>(shape_.size()),
-            shape_.data(), strides_.data()};
+    return {data_.get() + static_cast<std::size_t>(offset_) * ref::storage_bytes(dtype_),
+            static_cast<std::int32_t>(dtype_), static_cast<std::int32_t>(shape_.size()), shape_.data(),
+            strides_.data()};
   }
   ref::Tensor to_tensor() {
     ref::Tensor t{dtype_, shape_, std::vector<double>(static_cast<std::size_t>(numel_))};
@@ -152,6 +185,8 @@ class HostTensor {
   std::vector<std::int64_t> shape_;
   std::vector<std::int64_t> strides_;
   std::int64_t numel_ = 0;
+  bool dense_ = true;
+  std::int64_t offset_ = 0;  // elements before the tensor in its buffer
   std::unique_ptr<std::byte[], Free> data_;
 };
 
@@ -203,6 +238,12 @@ class PluginCandidate final : public Candidate {
     sentinel_ = value;
     return true;
   }
+  bool set_input_layout(const InputLayout& layout) override {
+    if (layout.pad < 0 || layout.offset_bytes < 0 || layout.offset_bytes % static_cast<std::int64_t>(kAlignment) != 0)
+      throw std::invalid_argument("input layout: pad and offset must be >= 0, the offset a multiple of 64 bytes");
+    layout_ = layout;
+    return true;
+  }
 
  private:
   std::mutex& lock() const;
@@ -212,6 +253,7 @@ class PluginCandidate final : public Candidate {
   void* state_ = nullptr;
   std::optional<std::string> init_error_;  // every case is declined with it
   double sentinel_ = std::numeric_limits<double>::quiet_NaN();  // outputs' fill before run
+  InputLayout layout_;  // of the inputs (dense row-major by default)
 };
 
 class DecliningCandidate final : public Candidate {
@@ -337,6 +379,7 @@ CandidateInfo info_of(const nc_candidate& d, std::string name, CandidateKind kin
   caps.blocks = d.flags & NC_CAP_BLOCKS;
   caps.general_axes = d.flags & NC_CAP_GENERAL_AXES;
   caps.weight_offset = d.flags & NC_CAP_WEIGHT_OFFSET;
+  caps.batch_dependent_order = d.flags & NC_CAP_BATCH_DEPENDENT_ORDER;
   caps.device = d.device && *d.device ? d.device : "cpu";
   return info;
 }
@@ -415,7 +458,7 @@ Outputs PluginCandidate::run(const ref::Case& c) {
   buffers.reserve(c.inputs.size());
   for (const auto& [name, t] : c.inputs) {
     covered(name, t.dtype, d.dtypes);
-    auto& b = buffers.emplace_back(t.dtype, t.shape);
+    auto& b = buffers.emplace_back(t.dtype, t.shape, layout_);
     if (static_cast<std::size_t>(b.numel()) != t.data.size())
       throw ref::CaseError("inputs/" + name, fmt::format("holds {} values for a shape of {} elements",
                                                          t.data.size(), b.numel()));

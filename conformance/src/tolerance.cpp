@@ -112,11 +112,18 @@ using Points = ref::ResolvedPoints;
 struct RowModel {
   bool finite = true;
   bool trusted = true;
+  // A sum a correct kernel forms (sum of |h|; of squared deviations, or of squares for RMSNorm)
+  // may reach the compute dtype's largest finite value: `acc` bounds it (section 5).
+  bool overflow = false, overflow_mean = false;  // any of them; sum |h| (the mean's sum)
+  double acc = 0;
   double mean = 0, rstd = 0;
   double e_mean = 0, e_rstd_rel = 0, e_q_rel = 0;
   double kappa = 0, max_e_xhat = 0;
   double A = 0;
   std::vector<double> h, e_h_pre, e_h_post, d, xhat, e_xhat;
+  // 1 where forming h (alpha x + residual (+ bias), or x converted) may reach the compute dtype's
+  // largest finite value: a correct kernel's h, residual_out included, may be infinite there.
+  std::vector<std::uint8_t> h_overflow;
   // Error of our binary64 x-hat: the mean of n terms errs by ~n 2^-53 A, scaled by rstd, plus
   // a few roundings of x-hat itself.
   double slack_xhat(std::int64_t j) const {
@@ -221,10 +228,11 @@ class Model {
           if (ln) out.at("mean").nan_ok[row] = 1;
           out.at("rstd").nan_ok[row] = 1;
         }
-        if (ln) out.at("mean").abs[row] = m.finite ? final_allowance(m.mean, m.e_mean, c_.dtype_compute)
-                                                  : ieee_allowance(c_.dtype_compute);
+        if (ln) out.at("mean").abs[row] = !m.finite  ? ieee_allowance(c_.dtype_compute)
+                                          : m.overflow_mean ? kNaN
+                                                       : final_allowance(m.mean, m.e_mean, c_.dtype_compute);
         out.at("rstd").abs[row] = !m.finite ? ieee_allowance(c_.dtype_compute)
-                                  : m.e_q_rel >= kBounds.mistrust
+                                  : m.e_q_rel >= kBounds.mistrust || m.overflow
                                       ? kNaN
                                       : final_allowance(m.rstd, m.rstd * m.e_rstd_rel, c_.dtype_compute);
         if (r_) {
@@ -237,9 +245,10 @@ class Model {
             // residual_out is h after the contract's h point: where that rounding may go either
             // way (through_rounding), a correct kernel's h is a neighbour (found by the property
             // tests: h summed in float32, then rounded to float16 onto a tie).
-            ro.abs[k] = std::isfinite(m.h[j])
-                            ? final_allowance(m.h[j], std::max(m.e_h_pre[j], m.e_h_post[j]), c_.dtype_residual)
-                            : ieee_allowance(c_.dtype_residual);
+            ro.abs[k] = !std::isfinite(m.h[j]) ? ieee_allowance(c_.dtype_residual)
+                        : m.h_overflow[j]      ? kNaN
+                                               : final_allowance(m.h[j], std::max(m.e_h_pre[j], m.e_h_post[j]),
+                                                                 c_.dtype_residual);
           }
         }
         continue;
@@ -323,6 +332,9 @@ class Model {
       return m.trusted;
     };
     // A product W x + b of rows of length n (section 7.2): value and bound.
+    // A sum of the FFN whose |terms| reach the compute dtype's largest finite value may overflow
+    // in a correct kernel: the position is MISTRUSTED (section 5).
+    bool ffn_overflow = false;
     auto product = [&](const double* W, double b, const std::vector<double>& x, const std::vector<double>& e_x,
                        std::int64_t n, double& val, double& err, double& mag) {
       double acc = b, abs_sum = std::fabs(b), e = cp_.conv(b, c_.dtype_param);
@@ -334,6 +346,10 @@ class Model {
       val = acc;
       err = e + cp_.gam(static_cast<double>(n + 1)) * abs_sum + static_cast<double>(n + 1) * cp_.eta;
       mag = abs_sum;
+      if (overflows(abs_sum + err, n)) {
+        ffn_overflow = true;
+        worst.see_overflow(abs_sum + err, n);
+      }
     };
     std::vector<double> f(D), e_f(D), fmag(D);
     // F(in) of layer l: saves z, a in the layer's state; F in f / e_f.
@@ -445,6 +461,7 @@ class Model {
         e_v[j] = cp_.conv(v[j], c_.dtype_x);
       }
       bool trusted = true;
+      ffn_overflow = false;
       for (std::int64_t l = 0; l < L; ++l) {
         LayerState& s = st[static_cast<std::size_t>(l)];
         switch (c_.block) {
@@ -458,6 +475,10 @@ class Model {
               const double sum = al * v[j] + f[j];
               e_f[j] = std::fabs(al) * e_v[j] + e_f[j] +
                        (al != 1 ? 2 : 1) * cp_.u * (std::fabs(al * v[j]) + std::fabs(f[j]));
+              if (overflows(std::fabs(al * v[j]) + std::fabs(f[j]) + e_f[j], 2)) {
+                ffn_overflow = true;
+                worst.see_overflow(std::fabs(al * v[j]) + std::fabs(f[j]) + e_f[j], 2);
+              }
               f[j] = sum;
             }
             trusted = norm(l, 0, s.n0, f, e_f, v, e_v) && trusted;
@@ -475,6 +496,10 @@ class Model {
             for (std::int64_t j = 0; j < D; ++j) {
               const double sum = v[j] + f[j];
               e_v[j] = e_v[j] + e_f[j] + cp_.u * std::fabs(sum);
+              if (overflows(std::fabs(v[j]) + std::fabs(f[j]) + e_v[j], 1)) {
+                ffn_overflow = true;
+                worst.see_overflow(std::fabs(v[j]) + std::fabs(f[j]) + e_v[j], 1);
+              }
               v[j] = sum;
             }
             break;
@@ -491,6 +516,7 @@ class Model {
           }
         }
       }
+      trusted = trusted && !ffn_overflow;
       if (!trusted) ++untrusted_rows;
       if (!bwd) {
         auto& y = out.at("y");
@@ -571,13 +597,26 @@ class Model {
     }
   };
 
-  // The most ill-conditioned untrusted row seen, for the MISTRUSTED reason.
+  // The most ill-conditioned untrusted row seen, and the largest sum that may overflow, for the
+  // MISTRUSTED reason.
   struct Worst {
     bool seen = false;
     std::int64_t n = 0;
     double kappa = 0, e_xhat = 0, e_q = 0;
+    std::int64_t overflow_sums = 0, overflow_n = 0;
+    double overflow_acc = 0;
+    void see_overflow(double acc, std::int64_t terms) {
+      ++overflow_sums;
+      if (acc > overflow_acc) {
+        overflow_acc = acc;
+        overflow_n = terms;
+      }
+    }
     void see(const RowModel& m) {
-      if (m.trusted || (seen && m.max_e_xhat <= e_xhat && m.e_q_rel <= e_q)) return;
+      if (m.overflow) see_overflow(m.acc, static_cast<std::int64_t>(m.h.size()));
+      if (m.trusted || (m.overflow && m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust) ||
+          (seen && m.max_e_xhat <= e_xhat && m.e_q_rel <= e_q))
+        return;
       seen = true;
       n = static_cast<std::int64_t>(m.h.size());
       kappa = m.kappa;
@@ -608,12 +647,20 @@ class Model {
                         std::int64_t R, std::string_view where) const {
     for (auto& [name, a] : out) {
       a.mistrusted = std::count_if(a.abs.begin(), a.abs.end(), [](double v) { return std::isnan(v); });
-      if (a.mistrusted > 0 && worst.seen)
+      if (a.mistrusted == 0) continue;
+      if (worst.seen)
         a.reason = fmt::format(
             "{} of {} rows too ill-conditioned for {} compute{}: row length {}, condition {:.3g}, bound on x-hat "
             "error {:.3g} and on the relative variance error {:.3g} (MISTRUSTED at >= {})",
             untrusted_rows, R, ref::name_of(c_.dtype_compute), where, worst.n, worst.kappa, worst.e_xhat, worst.e_q,
             kBounds.mistrust);
+      if (worst.overflow_sums > 0)
+        a.reason += fmt::format(
+            "{}{} sum{}{} may overflow the {} accumulator of a correct kernel: a sum of {} terms whose |terms| add up "
+            "to {:.6g}, against the largest finite {} {:.6g}",
+            a.reason.empty() ? "" : "; ", worst.overflow_sums, worst.overflow_sums == 1 ? "" : "s", where,
+            ref::name_of(c_.dtype_compute), worst.overflow_n, worst.overflow_acc, ref::name_of(c_.dtype_compute),
+            ref::max_finite(c_.dtype_compute));
     }
   }
 
@@ -633,6 +680,9 @@ class Model {
     m.xhat.resize(n);
     m.e_xhat.resize(n);
     m.finite = true;
+    m.h_overflow.assign(n, 0);
+    bool any_h_overflow = false;
+    double h_terms = 0;
     std::vector<double> e_h(n);
     // 3.1 h and its error (fused residual: up to three roundings, plus conversions).
     for (std::int64_t j = 0; j < n; ++j) {
@@ -647,6 +697,15 @@ class Model {
             cp_.gam(ops) * (std::fabs(ax) + std::fabs(res) + std::fabs(rb)) + ops * cp_.eta;
       }
       m.e_h_pre[j] = e;
+      // Section 5: the terms of h (or x itself) against the compute dtype's range (found by the
+      // property tests: 2 x = -105984 in float16 compute gives residual_out = -inf).
+      const double terms = r_ ? std::fabs(c_.alpha * x) + std::fabs(value(r_, k)) + (rb_ ? std::fabs(value(rb_, j)) : 0.0)
+                              : std::fabs(x);
+      if (std::isfinite(terms) && overflows(terms + e, r_ ? 3 : 1)) {
+        m.h_overflow[j] = 1;
+        any_h_overflow = true;
+        h_terms = std::max(h_terms, terms + e);
+      }
       if (pts_.h) {
         e = through_rounding(h, e, slack_of(std::fabs(c_.alpha * x) + std::fabs(value(r_, k)) + (rb_ ? std::fabs(value(rb_, j)) : 0.0), 3), *pts_.h);
         h = ref::round_to(h, *pts_.h);
@@ -661,6 +720,11 @@ class Model {
       return;
     }
     stats(m, e_h);
+    if (any_h_overflow) {  // the row's h, and so its statistics, may be infinite in a kernel
+      m.overflow = m.overflow_mean = true;
+      m.trusted = false;
+      m.acc = std::max(m.acc, h_terms);
+    }
   }
 
   // Sections 3.2-3.6 for a row whose values m.h (finite) carry the errors e_h.
@@ -719,7 +783,35 @@ class Model {
       if (!std::isfinite(m.rstd)) m.e_xhat[j] = kInf;
       m.max_e_xhat = std::max(m.max_e_xhat, m.e_xhat[j]);
     }
-    m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust;
+    // Section 5: the sums a correct kernel accumulates in the compute dtype are bounded by sum |h|
+    // (the mean) and sum d^2 (the variance: two-pass, or Welford's M2, whose prefixes never exceed
+    // it; RMSNorm: sum h^2), each with its propagated errors. Where one may reach the largest
+    // finite value, a correct kernel's sum may be infinite (found by the property tests: a
+    // float16 DeepNorm block, property_tests/findings/).
+    double s1 = 0, s2 = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      s1 += std::fabs(m.h[j]) + e_h[j];
+      const double dj = std::fabs(m.d[j]) + e_h[j] + m.e_mean;
+      s2 += dj * dj;
+    }
+    m.acc = std::max(s1, s2);
+    m.overflow_mean = overflows(s1, n + 1);
+    m.overflow = m.overflow_mean || overflows(s2, n + 2);
+    m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust && !m.overflow;
+  }
+
+  // Whether a sum of `terms` terms whose |terms| (with their errors) add up to `acc` may reach
+  // the compute dtype's largest finite value in a correct kernel (each partial sum within
+  // gamma(terms) of its exact value).
+  bool overflows(double acc, std::int64_t terms) const {
+    // A non-finite bound comes from an infinite error bound upstream: that row is untrusted by
+    // the first rule already, and nothing is known about its sums.
+    if (acc == 0 || !std::isfinite(acc)) return false;
+    // Where gamma is unbounded (terms u >= 1/2, float16 rows of 1022 and more) the row is
+    // untrusted by the first rule already (its mean and variance bounds are infinite); only a sum
+    // whose value itself reaches the limit is called an overflow there.
+    const double g = cp_.gam(static_cast<double>(terms));
+    return !(acc * (std::isfinite(g) ? 1 + g : 1.0) < ref::max_finite(c_.dtype_compute));
   }
 
   // Section 4 for one row: the upstream gradient dy (errors e_dy) through the norm whose row

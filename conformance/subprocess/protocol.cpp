@@ -273,6 +273,7 @@ json capabilities_json(const Capabilities& caps) {
           {"blocks", caps.blocks},
           {"general_axes", caps.general_axes},
           {"weight_offset", caps.weight_offset},
+          {"batch_dependent_order", caps.batch_dependent_order},
           {"device", caps.device}};
 }
 
@@ -297,6 +298,7 @@ Capabilities capabilities_from_json(const json& j) {
   flag("blocks", caps.blocks);
   flag("general_axes", caps.general_axes);
   flag("weight_offset", caps.weight_offset);
+  flag("batch_dependent_order", caps.batch_dependent_order);
   if (auto it = j.find("device"); it != j.end()) {
     if (!it->is_string()) throw ProtocolError("capabilities.device must be a string");
     caps.device = it->get<std::string>();

@@ -340,5 +340,47 @@ TEST(Checker, InfinityOnlyWhereTheValueOverflows) {
   EXPECT_EQ(output(check_case(fc, got, allow), "y").verdict, Verdict::passed);
 }
 
+// A float16 two-pass LayerNorm that rounds every operation to float16 (no affine): a correct
+// kernel in float16 compute.
+std::vector<double> fp16_two_pass(const std::vector<double>& x, double eps) {
+  auto r = [](double v) { return ref::round_to(v, DType::float16); };
+  double s = 0;
+  for (double v : x) s = r(s + v);
+  const double mean = r(s / static_cast<double>(x.size()));
+  double q = 0;
+  for (double v : x) q = r(q + r(r(v - mean) * r(v - mean)));
+  const double rstd = r(1 / r(std::sqrt(r(r(q / static_cast<double>(x.size())) + r(eps)))));
+  std::vector<double> y;
+  for (double v : x) y.push_back(r(r(v - mean) * rstd));
+  return y;
+}
+
+// TOLERANCE.md section 5: a row whose sum of squared deviations may reach 65504 overflows the
+// accumulator of a correct float16 kernel (y = 0 instead of +-1): MISTRUSTED with the reason,
+// never FAILED; a row just below the limit stays trusted and passes.
+TEST(Tolerance, Float16AccumulatorOverflowIsMistrusted) {
+  for (const double a : {100.0, 80.0}) {  // 8 a^2 = 80000 (beyond 65504) and 51200 (below)
+    auto c = ln_case(1, 8, {a, -a, a, -a, a, -a, a, -a}, DType::float16);
+    c.dtype_compute = DType::float16;
+    const auto fc = fixture_of(c);
+    const auto allow = derive_allowances(c);
+    Outputs got = perfect(fc);
+    got["y"].data = fp16_two_pass(c.inputs.at("x").data, c.epsilon);
+    const auto r = check_case(fc, got, allow);
+    if (a == 100) {
+      EXPECT_EQ(got["y"].data[0], 0.0);  // the kernel's sum overflowed: rstd = 1/inf
+      EXPECT_EQ(output(r, "y").verdict, Verdict::mistrusted);
+      EXPECT_NE(output(r, "y").reason.find("may overflow the float16 accumulator of a correct kernel"),
+                std::string::npos)
+          << output(r, "y").reason;
+      EXPECT_EQ(output(r, "rstd").verdict, Verdict::mistrusted);
+      EXPECT_EQ(output(r, "mean").verdict, Verdict::passed);  // sum |h| = 800 does not overflow
+    } else {
+      EXPECT_EQ(std::fabs(got["y"].data[0]), 1.0);
+      EXPECT_EQ(output(r, "y").verdict, Verdict::passed) << output(r, "y").reason;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace normcheck::conf

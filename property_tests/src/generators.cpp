@@ -224,7 +224,9 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
   const ref::Op op = pick(ops);
   e["op"] = ref::name_of(op);
   // block or plain
-  const bool block = lim.blocks && caps.blocks && pick<bool>({{9, false}, {1, true}});
+  const bool block = (lim.blocks || lim.blocks_required) && caps.blocks &&
+                     pick<bool>({{lim.blocks_required ? 0 : 9, false}, {1, true}});
+  if (lim.blocks_required && !block) RC_DISCARD("the candidate has no blocks");
   // direction
   std::vector<std::pair<int, ref::Direction>> dirs;
   for (auto [w, d] : {std::pair{3, ref::Direction::forward}, std::pair{1, ref::Direction::backward}})
@@ -265,8 +267,10 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
   std::vector<std::int64_t> shape;
   json inputs = json::object();
   if (block) {
-    const ref::Block b = pick<ref::Block>(
-        {{1, ref::Block::post}, {1, ref::Block::pre}, {1, ref::Block::sandwich}, {1, ref::Block::deepnorm}});
+    std::vector<std::pair<int, ref::Block>> kinds;
+    for (ref::Block k : {ref::Block::post, ref::Block::pre, ref::Block::sandwich, ref::Block::deepnorm})
+      if (lim.block_kinds.empty() || has(lim.block_kinds, k)) kinds.push_back({1, k});
+    const ref::Block b = pick(kinds);
     e["block"] = ref::name_of(b);
     if (b == ref::Block::deepnorm) e["alpha"] = pick<double>({{1, 2.0}, {1, 0.5}, {1, 1.5}});
     e["layers"] = pick_in(1, 2);
@@ -371,31 +375,8 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
     RC_DISCARD(std::string("not a valid case: ") + err.what());
   }
   d.family = family;
-  if (d.c.block != ref::Block::none && d.c.dtype_compute == DType::float16)
-    // The guard below sees x only; a block's FFN and residual sums overflow float16 beyond it
-    // (README.md, "Known limits": findings/deepnorm_block_float16_compute_overflow.h5).
-    RC_DISCARD("a block computed in float16: its intermediate sums are not bounded by the guard");
-  if (float16_sums_overflow(d.c)) RC_DISCARD("float16 compute: a row's sum of squares overflows");
   if (auto why = conf::unsupported_reason(caps, d.c)) RC_DISCARD("candidate declines: " + *why);
   return d;
-}
-
-bool float16_sums_overflow(const ref::Case& c) {
-  if (c.dtype_compute != DType::float16) return false;
-  const auto g = ref::geometry_of(c);
-  const auto& x = c.inputs.at("x").data;
-  const auto* res = c.inputs.count("residual") ? &c.inputs.at("residual").data : nullptr;
-  for (std::int64_t r = 0; r < g.rows; ++r) {
-    double sq = 0;
-    for (std::int64_t col = 0; col < g.cols; ++col) {
-      const auto k = static_cast<std::size_t>(g.row_base[static_cast<std::size_t>(r)] +
-                                              g.col_delta[static_cast<std::size_t>(col)]);
-      const double h = c.alpha * x[k] + (res ? (*res)[k] : 0.0);
-      if (std::isfinite(h)) sq += h * h;
-    }
-    if (sq > 0.5 * ref::max_finite(DType::float16)) return true;
-  }
-  return false;
 }
 
 std::string case_summary(const ref::Case& c, const std::string& family) {

@@ -153,6 +153,51 @@ std::optional<std::string> bitwise_diff(const conf::Outputs& a, const conf::Outp
   return std::nullopt;
 }
 
+// Where the candidate declares a batch- and layout-dependent reduction order
+// (NC_CAP_BATCH_DEPENDENT_ORDER), batch and layout invariance hold within tolerance: each side is
+// within its allowance of the same exact value (the same row of the same inputs), so the two may
+// differ by the sum of the allowances. `map` as for bitwise_diff; ca, cb the cases of a and b.
+std::optional<std::string> tolerance_diff(const ref::Case& ca, const conf::Outputs& a, const ref::Case& cb,
+                                          const conf::Outputs& b,
+                                          const std::function<bool(const std::string&)>& compared,
+                                          const std::function<std::int64_t(const std::string&, std::int64_t)>& map,
+                                          const std::string& what_a, const std::string& what_b) {
+  const auto allow_a = conf::derive_allowances(ca), allow_b = conf::derive_allowances(cb);
+  for (const auto& [name, tb] : b) {
+    if (compared && !compared(name)) continue;
+    const auto it = a.find(name);
+    if (it == a.end()) return fmt::format("output {} produced in {} but not in {}", name, what_b, what_a);
+    const auto aa = allow_a.find(name), ab = allow_b.find(name);
+    if (aa == allow_a.end() || ab == allow_b.end()) continue;
+    const ref::Tensor& ta = it->second;
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(tb.data.size()); ++i) {
+      const std::int64_t ia = map ? map(name, i) : i;
+      if (ia < 0) continue;
+      if (ia >= static_cast<std::int64_t>(ta.data.size()) || ia >= static_cast<std::int64_t>(aa->second.abs.size()) ||
+          i >= static_cast<std::int64_t>(ab->second.abs.size()))
+        return fmt::format("output {}: {} has {} elements", name, what_a, ta.data.size());
+      const auto ua = static_cast<std::size_t>(ia), ub = static_cast<std::size_t>(i);
+      if (auto why = within(ta.data[ua], aa->second.abs[ua], tb.data[ub], ab->second.abs[ub],
+                            aa->second.nan_ok[ua] != 0 || ab->second.nan_ok[ub] != 0))
+        return fmt::format("output {}: element {} is {} in {} but element {} is {} in {}: {} (the candidate declares a "
+                           "batch-dependent reduction order: compared within tolerance)",
+                           name, ia, value_text(ta.data[ua], ta.dtype), what_a, i, value_text(tb.data[ub], tb.dtype),
+                           what_b, *why);
+    }
+  }
+  return std::nullopt;
+}
+
+// Bitwise, or within tolerance where the candidate declares a batch-dependent reduction order.
+std::optional<std::string> invariance_diff(const Context& ctx, const ref::Case& ca, const conf::Outputs& a,
+                                           const ref::Case& cb, const conf::Outputs& b,
+                                           const std::function<bool(const std::string&)>& compared,
+                                           const std::function<std::int64_t(const std::string&, std::int64_t)>& map,
+                                           const std::string& what_a, const std::string& what_b) {
+  if (ctx.cand.info().caps.batch_dependent_order) return tolerance_diff(ca, a, cb, b, compared, map, what_a, what_b);
+  return bitwise_diff(a, b, compared, map, what_a, what_b);
+}
+
 // The second call runs with the second sentinel pattern where the transport allocates the
 // outputs (DESIGN.md: NaN, then a second pattern on a second run): an element the candidate never
 // writes differs between the calls even where its expected value is NaN.
@@ -258,8 +303,8 @@ void batch_invariance(Context& ctx) {
   auto map = [&](const std::string& name, std::int64_t i) -> std::int64_t {
     return is_stat(name) ? row : flat_index(g, name, row, i - g1.row_base[0]);
   };
-  if (auto diff = bitwise_diff(batch, one, rowwise, map, fmt::format("a batch of {} rows", g.rows),
-                               fmt::format("row {} alone", row))) {
+  if (auto diff = invariance_diff(ctx, d.c, batch, alone, one, rowwise, map, fmt::format("a batch of {} rows", g.rows),
+                                  fmt::format("row {} alone", row))) {
     auto res = agreement_of(d.c, batch);
     if (conf::is_failure(res.verdict)) fail(ctx, d.c, d.family, "batch invariance: " + *diff, res, false);
     fail(ctx, alone, d.family, "batch invariance: " + *diff, agreement_of(alone, one), false);
@@ -304,11 +349,53 @@ void layout_invariance(Context& ctx) {
     const std::int64_t j = i % b, col = (i / b) % H, ii = i / (b * H);
     return (ii * b + j) * H + col;
   };
-  if (auto diff = bitwise_diff(dense, strided, nullptr, map, fmt::format("the dense [{}, {}] layout", g.rows, H),
-                               fmt::format("the strided [{}, {}, {}] axes [1] layout", a, H, b))) {
+  if (auto diff = invariance_diff(ctx, d.c, dense, t, strided, nullptr, map,
+                                  fmt::format("the dense [{}, {}] layout", g.rows, H),
+                                  fmt::format("the strided [{}, {}, {}] axes [1] layout", a, H, b))) {
     auto res = agreement_of(t, strided);
     if (conf::is_failure(res.verdict)) fail(ctx, t, d.family, "layout invariance: " + *diff, res, false);
     fail(ctx, d.c, d.family, "layout invariance: " + *diff, agreement_of(d.c, dense), false);
+  }
+}
+
+// The same case with its inputs in other memory layouts, through the transport (the plugin ABI's
+// strided host tensors, candidate.h): rows padded with NaN, the tensors starting 64-256 bytes into
+// their buffers, column-major strides, or all of these. Bit-identical outputs (within tolerance
+// where the candidate declares a batch-dependent reduction order).
+struct LayoutScope {
+  conf::Candidate& cand;
+  bool set;
+  LayoutScope(conf::Candidate& c, const conf::InputLayout& l) : cand(c), set(c.set_input_layout(l)) {}
+  ~LayoutScope() {
+    if (set) cand.set_input_layout(conf::InputLayout{});
+  }
+  LayoutScope(const LayoutScope&) = delete;
+  LayoutScope& operator=(const LayoutScope&) = delete;
+};
+
+void memory_layout_invariance(Context& ctx) {
+  if (!ctx.cand.set_input_layout(conf::InputLayout{}))
+    RC_DISCARD("the transport does not allocate the inputs (plugins only)");
+  const auto d = draw_case(ctx.cand.info().caps, ctx.limits);
+  const int kind = static_cast<int>(draw_index(4));  // padded + offset, column-major, both, offset only
+  conf::InputLayout lay;
+  lay.pad = kind == 0 || kind == 2 ? 1 + static_cast<std::int64_t>(draw_index(7)) : 0;
+  lay.offset_bytes = kind != 1 ? 64 * (1 + static_cast<std::int64_t>(draw_index(4))) : 0;
+  lay.column_major = kind == 1 || kind == 2;
+  const conf::Outputs dense = run_candidate(ctx, d.c, d.family);
+  conf::Outputs other;
+  {
+    LayoutScope scope(ctx.cand, lay);
+    other = run_candidate(ctx, d.c, d.family);
+  }
+  const std::string what = fmt::format("inputs{}{}{}", lay.pad ? fmt::format(" padded with {} NaN after each row", lay.pad) : "",
+                                       lay.offset_bytes ? fmt::format(" starting {} bytes into their buffers", lay.offset_bytes) : "",
+                                       lay.column_major ? " in column-major order" : "");
+  if (auto diff = invariance_diff(ctx, d.c, dense, d.c, other, nullptr, nullptr, "dense row-major inputs", what)) {
+    auto res = agreement_of(d.c, dense);  // what `normcheck run` replays: the dense layout
+    fail(ctx, d.c, d.family,
+         fmt::format("memory layout invariance: {} (the counterexample file replays the dense layout)", *diff), res,
+         false);
   }
 }
 
@@ -329,8 +416,12 @@ const std::vector<Property>& properties() {
         {"layout_invariance",
          "rows read from strided memory (channels-first [a, H, b], axes [1]) give bit-identical outputs",
          layout_invariance},
+        {"memory_layout_invariance",
+         "the same inputs padded, offset or column-major in memory (plugin ABI strides) give bit-identical outputs",
+         memory_layout_invariance},
     };
     for (auto& q : metamorphic_properties()) p.push_back(std::move(q));
+    for (auto& q : composition_properties()) p.push_back(std::move(q));
     return p;
   }();
   return all;

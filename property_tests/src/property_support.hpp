@@ -13,6 +13,8 @@ namespace normcheck::prop {
 
 // The tolerance-based metamorphic relations and backward identities (metamorphic.cpp).
 std::vector<Property> metamorphic_properties();
+// Blocks against their unfused compositions (composition.cpp).
+std::vector<Property> composition_properties();
 
 namespace detail {
 

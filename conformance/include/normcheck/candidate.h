@@ -68,9 +68,17 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
 #define NC_CAP_BLOCKS 0x2u        /* post / pre / sandwich / deepnorm blocks */
 #define NC_CAP_GENERAL_AXES 0x4u  /* normalized dims other than the last one alone */
 #define NC_CAP_WEIGHT_OFFSET 0x8u /* weight_offset != 0 (scale = offset + weight) */
+/* The kernel's reduction order may depend on the number of rows and on the inputs' strides and
+ * alignment (a split reduction chosen by batch size, a vector path for aligned rows): a row's
+ * outputs may then differ between batches and layouts within the tolerance model, not only bit for
+ * bit. Without it the property tests hold the kernel to bit-identical rows (batch and layout
+ * invariance). Added within ABI version 1: a plugin that does not set it is held to bit identity. */
+#define NC_CAP_BATCH_DEPENDENT_ORDER 0x10u
 
 /* A strided host tensor. strides are in elements, non-negative, and need not be dense (the host
- * may pass padded or permuted inputs): index with them. shape and strides have `rank` entries. */
+ * may pass padded, offset or permuted inputs: `normcheck prop`'s memory_layout_invariance passes
+ * rows padded with NaN, tensors starting 64-256 bytes into their buffer, and column-major
+ * strides): index with them. shape and strides have `rank` entries. */
 typedef struct nc_tensor {
   void* data;
   int32_t dtype; /* nc_dtype */

@@ -263,6 +263,16 @@ TEST(Codec, CaseJsonRoundTrip) {
 
 // ---- C++ child: serve_protocol with the reference as the candidate ---------------------------
 
+// NC_CAP_BATCH_DEPENDENT_ORDER's protocol field: absent means false (bit identity), and it
+// round-trips (the worker passes a plugin's declaration on to the host).
+TEST(Codec, BatchDependentOrderCapability) {
+  EXPECT_FALSE(proto::capabilities_from_json(nlohmann::json::object()).batch_dependent_order);
+  Capabilities caps;
+  caps.batch_dependent_order = true;
+  EXPECT_TRUE(proto::capabilities_from_json(proto::capabilities_json(caps)).batch_dependent_order);
+  EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"batch_dependent_order", 1}}), proto::ProtocolError);
+}
+
 TEST(Oracle, HelloFillsInfo) {
   auto cand = serve_self();
   EXPECT_EQ(cand->info().name, "cmd:oracle");

@@ -30,6 +30,9 @@ struct Capabilities {
   bool blocks = false;       // post / pre / sandwich / deepnorm blocks
   bool general_axes = true;  // axis other than the last dim, explicit axes
   bool weight_offset = true; // weight_offset != 0
+  // The reduction order may depend on the batch size and the inputs' memory layout (candidate.h
+  // NC_CAP_BATCH_DEPENDENT_ORDER): batch and layout invariance then hold within tolerance only.
+  bool batch_dependent_order = false;
   std::string device = "cpu";
 };
 
@@ -71,6 +74,16 @@ class CandidateTimeout : public CandidateError {
 // out (MISSING).
 using Outputs = std::map<std::string, ref::Tensor>;
 
+// How a transport that allocates the inputs lays them out in host memory (the plugin transport:
+// candidate.h lets the host pass any non-negative strides). Dense row-major is the default; the
+// property tests pass the same values in other layouts (memory_layout_invariance).
+struct InputLayout {
+  std::int64_t pad = 0;          // elements after each run of the innermost dim, filled with NaN
+  std::int64_t offset_bytes = 0; // the tensor starts this far into its buffer (a multiple of 64)
+  bool column_major = false;     // the first dim varies fastest (strides of the reversed dims)
+  bool dense() const { return pad == 0 && offset_bytes == 0 && !column_major; }
+};
+
 class Candidate {
  public:
   virtual ~Candidate() = default;
@@ -91,6 +104,12 @@ class Candidate {
   // allocate their outputs themselves).
   virtual bool set_output_sentinel(double value) {
     (void)value;
+    return false;
+  }
+  // Lays out the inputs of the next calls as `layout` says (InputLayout{} restores dense).
+  // Returns false where the transport does not allocate the inputs (built-ins, subprocesses).
+  virtual bool set_input_layout(const InputLayout& layout) {
+    (void)layout;
     return false;
   }
 };

@@ -29,6 +29,8 @@ struct CaseLimits {
   bool nonfinite = true;                  // NaN / Inf families
   bool residual = true;                   // fused residual add
   bool blocks = true;                     // residual blocks
+  bool blocks_required = false;           // only block cases (of block_kinds; empty: any)
+  std::vector<ref::Block> block_kinds;
   bool backward = true;                   // backward direction
   bool general_axes = true;               // axis -2, explicit axes
   bool contracts = true;                  // contracts other than exact
@@ -71,11 +73,6 @@ std::int64_t draw_hidden(std::int64_t max);
 // A row count: small counts, and the thresholds where kernels switch code paths (255/256/257,
 // 1023/1024/1025, 4096, and 65535/65536/65537 when `many` is set), within max_elements / hidden.
 std::int64_t draw_rows(std::int64_t hidden, std::int64_t max_elements, bool many);
-
-// Whether the case computes in float16 and a row's sum of squares of h exceeds half of 65504:
-// every float16-accumulating kernel overflows there and the tolerance model has no rule for it
-// yet (README.md, "Known limits"), so the generators leave such cases out.
-bool float16_sums_overflow(const ref::Case& c);
 
 // One line describing a case: op, shape, axes, dtypes, contract, epsilon, family.
 std::string case_summary(const ref::Case& c, const std::string& family = "");
