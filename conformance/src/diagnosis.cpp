@@ -305,7 +305,8 @@ class Engine {
     const LD alpha = c_.alpha;
     auto h_at = [&](std::int64_t row, std::int64_t j, LD* out_h) {
       const std::size_t i = off(row, j);
-      const LD x = x_->data[i], res = r_ ? r_->data[i] : LD(0), rb = rb_ ? rb_->data[j] : LD(0);
+      const std::size_t pj = k.weight_flat_index ? i % static_cast<std::size_t>(n) : static_cast<std::size_t>(j);
+      const LD x = x_->data[i], res = r_ ? r_->data[i] : LD(0), rb = rb_ ? rb_->data[pj] : LD(0);
       LD hv = 0;
       switch (k.res) {
         case ResMode::normal: hv = alpha * x + res + rb; break;
@@ -331,7 +332,7 @@ class Engine {
     // (all but the residual and h-rounding ones); the row statistics of the spec's statistics
     // knobs by every dialect that keeps them (weights, contracts' later points, dx terms,
     // reductions...); both per set of rows (the sample and every row: two slots each).
-    const bool h_shared = !groups && same_h(k, stats_spec_);
+    const bool h_shared = !groups && same_h(k, stats_spec_) && !(rb_ && k.weight_flat_index);
     const bool shared = h_shared && same_h_and_stats(k, stats_spec_);
     const HCache* hc = nullptr;
     const StatsCache* sc = nullptr;
@@ -503,6 +504,38 @@ class Engine {
       acc[j] += term;
       abs_sum[j] += std::fabs(term);
     };
+    // Statistics over other dims (stat_dims): the dx terms mean(g) and mean(g x-hat) are means
+    // over the same groups as the statistics (a kernel normalizing those dims differentiates its
+    // own function), so they need every element: per group, from every row.
+    std::vector<LD> grp_gbar, grp_m2;
+    if (groups && (!columns_only || (rb_ && sums))) {
+      const std::size_t ng = st.size();
+      std::vector<LD> gs(ng, 0), gxs(ng, 0), cnt(ng, 0);
+      for (std::int64_t row = 0; row < g_.rows; ++row)
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::size_t i = off(row, j);
+          const auto gr = static_cast<std::size_t>(group_of[i]);
+          const RowStat& s = st[gr];
+          const LD xv = (k.centre ? h[i] - s.mean : h[i]) * s.rstd;
+          LD scale = 1;
+          if (w_ && k.weight != WeightMode::missing)
+            scale = k.offset + (k.weight == WeightMode::swapped && b_ ? param(b_, row, j) : param(w_, row, j));
+          const LD gv = static_cast<LD>(dy_->data[i]) * scale;
+          gs[gr] += gv;
+          gxs[gr] += gv * xv;
+          cnt[gr] += 1;
+        }
+      grp_gbar.resize(ng);
+      grp_m2.resize(ng);
+      for (std::size_t gr = 0; gr < ng; ++gr) {
+        grp_gbar[gr] = cnt[gr] > 0 ? gs[gr] / cnt[gr] : LD(0);
+        grp_m2[gr] = cnt[gr] > 0 ? gxs[gr] / cnt[gr] : LD(0);
+      }
+    }
+    // Column of parameter p that element (row, j) reads and its gradient goes to.
+    auto pcol = [&](std::int64_t row, std::int64_t j) -> std::int64_t {
+      return k.weight_flat_index ? static_cast<std::int64_t>(off(row, j) % static_cast<std::size_t>(n)) : j;
+    };
     std::vector<LD> g(n), xh(n);
     for (std::int64_t ri = 0; ri < RS; ++ri) {
       const std::int64_t row = l.rows[ri];
@@ -525,7 +558,7 @@ class Engine {
         g[j] = dyv * scale;
         gsum += g[j];
         gx += g[j] * xh[j];
-        if (w_ && sums) accumulate(dw, dw_a, j, dyv * xh[j]);
+        if (w_ && sums) accumulate(dw, dw_a, pcol(row, j), dyv * xh[j]);
         if (tile) {
           const std::int64_t pos = (j / tile) * tile + row % tile;
           if (pos >= n) {
@@ -536,18 +569,20 @@ class Engine {
             dwt[j] += dyv * (yv / scale_of(row, pos));
           }
         }
-        if (b_ && sums) accumulate(db, db_a, j, dyv);
+        if (b_ && sums) accumulate(db, db_a, pcol(row, j), dyv);
       }
       const LD gbar = gsum / static_cast<LD>(n), m2 = gx / static_cast<LD>(n);
       if (columns_only && !(rb_ && sums)) continue;
       for (std::int64_t j = 0; j < n; ++j) {
         LD K = g[j];
-        if (k.centre && k.dx != DxMode::no_mean) K -= gbar;
-        if (k.dx != DxMode::no_projection) K -= xh[j] * m2;
+        const LD gb = groups ? grp_gbar[static_cast<std::size_t>(group_of[off(row, j)])] : gbar;
+        const LD mm = groups ? grp_m2[static_cast<std::size_t>(group_of[off(row, j)])] : m2;
+        if (k.centre && k.dx != DxMode::no_mean) K -= gb;
+        if (k.dx != DxMode::no_projection) K -= xh[j] * mm;
         const LD dh = stat_of(ri, j).rstd * K;
         if (!columns_only) dx[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(alpha * dh);
         if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(dh);
-        if (rb_ && sums) accumulate(drb, drb_a, j, dh);
+        if (rb_ && sums) accumulate(drb, drb_a, pcol(row, j), dh);
       }
     }
     auto emit = [&](const char* name, const std::vector<LD>& acc, const std::vector<LD>& abs_sum) {
