@@ -97,7 +97,32 @@ struct Predictions {
   auto end() const { return values.end(); }
 };
 
-double rnd(Wide v, DType t) { return ref::round_to(static_cast<double>(v), t); }
+// ref::round_to, inline where it is cheap (the engine rounds every operation of the emulated
+// dialects): binary64 is the identity; a conversion to float is binary32's correctly rounded
+// value (nearest-even, overflow to inf, subnormals exact: the default floating-point mode);
+// bfloat16 and float16 values in their normal range are rounded on the bits as ref::round_to
+// does; the rest (subnormal in the target, not finite, 0) goes to ref::round_to.
+inline double rnd(double v, DType t) {
+  switch (t) {
+    case DType::float64: return v;
+    case DType::float32: return static_cast<double>(static_cast<float>(v));
+    case DType::bfloat16:
+    case DType::float16: {
+      const bool bf = t == DType::bfloat16;
+      const int min_exp = bf ? -126 : -14, shift = 53 - (bf ? 8 : 11);
+      const double max_finite = bf ? 3.3895313892515355e38 : 65504.0;
+      const auto u = std::bit_cast<std::uint64_t>(v);
+      const int biased = static_cast<int>((u >> 52) & 0x7ff);
+      if (biased == 0x7ff || biased - 1023 < min_exp) break;  // not finite, or subnormal/0 there
+      const std::uint64_t lsb = (u >> shift) & 1;
+      const std::uint64_t r = (u + ((std::uint64_t{1} << (shift - 1)) - 1) + lsb) & ~((std::uint64_t{1} << shift) - 1);
+      const double rv = std::bit_cast<double>(r);
+      if (std::fabs(rv) > max_finite) return std::copysign(kInf, v);
+      return rv;
+    }
+  }
+  return ref::round_to(v, t);
+}
 
 const ref::Tensor* input(const ref::Case& c, const char* name) {
   auto it = c.inputs.find(name);
