@@ -1891,7 +1891,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   // Large forward cases are ranked on a sample of rows (the rows where the candidate departs
   // most from the spec, and rows spread over the case); the best are then scored on every row.
   const Layout all = engine->layout(nullptr);
-  Layout lay = all;
+  Layout sample;  // the screened rows, where the case is screened
   double s_spec = 0;
   double s_spec_columns = kInf;  // the spec's score on the outputs not per row (column sums)
   std::optional<Predictions> full_spec;  // the spec on every row, when a sample is scored
@@ -1918,13 +1918,14 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       rows.push_back(static_cast<std::int64_t>(i * (R - 1) / std::max<std::size_t>(1, spread - 1)));
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    lay = engine->layout(&rows);
+    sample = engine->layout(&rows);
   } else {
     s_spec = spec_score(fc, got, allow);
   }
   // Fits (eps_other_value) look at the screened rows: the rows where the candidate departs most
   // from the spec, where a wrong eps shows (on a sample, a fit from every row would cost more
   // than the rest of the screen).
+  const Layout& lay = sample.rows.empty() ? all : sample;
   const Ctx ctx{fc, c, got, spec, g, lay.rows};
   const bool sampled = !lay.all_rows;
   const Predictions spec_pred = engine->run(spec, lay);
