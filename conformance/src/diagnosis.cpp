@@ -472,25 +472,42 @@ class Engine {
         rout = &p["residual_out"];
         rout->assign(NS, 0.0);
       }
+      // The scale and bias of each column (parameters indexed per element: per element).
+      auto scale_bias = [&](std::int64_t row, std::int64_t j, LD& scale, LD& bv) {
+        LD wv = param(w_, row, j);
+        bv = b_ && !k.bias_missing ? param(b_, row, j) : LD(0);
+        if (k.weight == WeightMode::swapped) std::swap(wv, bv);
+        scale = k.weight == WeightMode::missing ? LD(1) : k.offset + wv;
+        if (k.pts.scale && k.weight != WeightMode::missing) scale = rnd(scale, *k.pts.scale);
+      };
+      const bool per_col = w_ && !k.weight_flat_index;
+      std::vector<LD> col_scale(per_col ? n : 0), col_bias(per_col ? n : 0);
+      for (std::int64_t j = 0; per_col && j < n; ++j) scale_bias(0, j, col_scale[j], col_bias[j]);
       for (std::int64_t ri = 0; ri < RS; ++ri) {
         const std::int64_t row = l.rows[ri];
-        for (std::int64_t j = 0; j < n; ++j) {
-          const std::size_t ci = static_cast<std::size_t>(ri * n + j);
-          if (dead(row)) {
+        if (dead(row)) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            const std::size_t ci = static_cast<std::size_t>(ri * n + j);
             y[ci] = k.unwritten;
             if (rout) (*rout)[ci] = k.unwritten;
-            continue;
           }
+          continue;
+        }
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::size_t ci = static_cast<std::size_t>(ri * n + j);
           const RowStat& s = stat_of(ri, j);
           const LD hv = h_of(ri, j);
           LD xh = (k.centre ? hv - s.mean : hv) * s.rstd;
           if (k.pts.xhat) xh = rnd(xh, *k.pts.xhat);
           LD v = xh;
           if (w_) {
-            LD wv = param(w_, row, j), bv = b_ && !k.bias_missing ? param(b_, row, j) : LD(0);
-            if (k.weight == WeightMode::swapped) std::swap(wv, bv);
-            LD scale = k.weight == WeightMode::missing ? LD(1) : k.offset + wv;
-            if (k.pts.scale && k.weight != WeightMode::missing) scale = rnd(scale, *k.pts.scale);
+            LD scale, bv;
+            if (per_col) {
+              scale = col_scale[j];
+              bv = col_bias[j];
+            } else {
+              scale_bias(row, j, scale, bv);
+            }
             if (k.weight == WeightMode::bias_first) {
               v = (xh + bv) * scale;
               if (k.pts.mul) v = rnd(v, *k.pts.mul);
@@ -588,6 +605,14 @@ class Engine {
     auto pcol = [&](std::int64_t row, std::int64_t j) -> std::int64_t {
       return k.weight_flat_index ? static_cast<std::int64_t>(off(row, j) % static_cast<std::size_t>(n)) : j;
     };
+    // g = dy * scale: the scale of each column (per element where the parameters are remapped).
+    auto scale_at = [&](std::int64_t row, std::int64_t j) -> LD {
+      if (!w_ || k.weight == WeightMode::missing) return 1;
+      return k.offset + (k.weight == WeightMode::swapped && b_ ? param(b_, row, j) : param(w_, row, j));
+    };
+    const bool bwd_per_col = !k.weight_flat_index;
+    std::vector<LD> bwd_scale(bwd_per_col ? n : 0);
+    for (std::int64_t j = 0; bwd_per_col && j < n; ++j) bwd_scale[j] = scale_at(0, j);
     const bool subset = only_cols && columns_only && subset_bound_ok(k) && sums && !tile;
     const std::int64_t nj = subset ? static_cast<std::int64_t>(only_cols->size()) : n;
     std::vector<LD> g(n), xh(n);
@@ -619,9 +644,7 @@ class Engine {
         const LD dyv = dy_->data[off(row, j)];
         const LD hv = h_of(ri, j);
         xh[j] = (k.centre ? hv - s.mean : hv) * s.rstd;
-        LD scale = 1;
-        if (w_ && k.weight != WeightMode::missing)
-          scale = k.offset + (k.weight == WeightMode::swapped && b_ ? param(b_, row, j) : param(w_, row, j));
+        const LD scale = bwd_per_col ? bwd_scale[j] : scale_at(row, j);
         g[j] = dyv * scale;
         gsum += g[j];
         gx += g[j] * xh[j];
