@@ -97,7 +97,32 @@ struct Predictions {
   auto end() const { return values.end(); }
 };
 
-double rnd(Wide v, DType t) { return ref::round_to(static_cast<double>(v), t); }
+// ref::round_to, inline where it is cheap (the engine rounds every operation of the emulated
+// dialects): binary64 is the identity; a conversion to float is binary32's correctly rounded
+// value (nearest-even, overflow to inf, subnormals exact: the default floating-point mode);
+// bfloat16 and float16 values in their normal range are rounded on the bits as ref::round_to
+// does; the rest (subnormal in the target, not finite, 0) goes to ref::round_to.
+inline double rnd(double v, DType t) {
+  switch (t) {
+    case DType::float64: return v;
+    case DType::float32: return static_cast<double>(static_cast<float>(v));
+    case DType::bfloat16:
+    case DType::float16: {
+      const bool bf = t == DType::bfloat16;
+      const int min_exp = bf ? -126 : -14, shift = 53 - (bf ? 8 : 11);
+      const double max_finite = bf ? 3.3895313892515355e38 : 65504.0;
+      const auto u = std::bit_cast<std::uint64_t>(v);
+      const int biased = static_cast<int>((u >> 52) & 0x7ff);
+      if (biased == 0x7ff || biased - 1023 < min_exp) break;  // not finite, or subnormal/0 there
+      const std::uint64_t lsb = (u >> shift) & 1;
+      const std::uint64_t r = (u + ((std::uint64_t{1} << (shift - 1)) - 1) + lsb) & ~((std::uint64_t{1} << shift) - 1);
+      const double rv = std::bit_cast<double>(r);
+      if (std::fabs(rv) > max_finite) return std::copysign(kInf, v);
+      return rv;
+    }
+  }
+  return ref::round_to(v, t);
+}
 
 const ref::Tensor* input(const ref::Case& c, const char* name) {
   auto it = c.inputs.find(name);
@@ -115,6 +140,23 @@ RowStatT<Real> finish(RowStatT<Real> s, const Knobs& k) {
   s.rstd_unrounded = s.rstd;
   if (k.rstd_round) s.rstd = rnd(s.rstd, *k.rstd_round);
   return s;
+}
+
+// The sum of f(0..n) in four interleaved partial sums (the engine's exact statistics of a case
+// computed in a narrower dtype: a correct binary64 kernel's, without one long chain of dependent
+// additions).
+template <class F>
+auto sum4(std::int64_t n, const F& f) {
+  decltype(f(0)) a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  std::int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 += f(i);
+    a1 += f(i + 1);
+    a2 += f(i + 2);
+    a3 += f(i + 3);
+  }
+  for (; i < n; ++i) a0 += f(i);
+  return (a0 + a1) + (a2 + a3);
 }
 
 // Mean, variance (the biased one, or the dialect's) and rstd of h[0..n).
@@ -163,6 +205,14 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
         rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
     return finish(s, k);
   }
+  // A float64 case's allowances are a few binary64 ulps: its kernels' sequential sums are
+  // modelled as such; for narrower cases four partial sums are as good and faster.
+  auto sum_of = [&](std::int64_t len, const auto& f) {
+    if (compute != DType::float64) return sum4(len, f);
+    LD acc = 0;
+    for (std::int64_t i = 0; i < len; ++i) acc += f(i);
+    return acc;
+  };
   LD ss = 0;
   if (k.arith == StatArith::merge_halves) {
     // Two halves merged as if each held N/2 elements: mean (ma + mb)/2, M2 + delta^2 N/4. An
@@ -190,14 +240,13 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
     }
   } else {
     if (k.centre) {
-      LD sum = 0;
-      for (std::int64_t i = 0; i < n; ++i) sum += h[i];
-      s.mean = sum / N;
+      s.mean = sum_of(n, [&](std::int64_t i) { return h[i]; }) / N;
     }
-    for (std::int64_t i = 0; i < n; ++i) {
-      const LD d = k.centre ? h[i] - s.mean : h[i];
-      ss += d * d;
-    }
+    const LD m = k.centre ? s.mean : LD(0);
+    ss = sum_of(n, [&](std::int64_t i) {
+      const LD d = h[i] - m;
+      return d * d;
+    });
     if (k.pad_lanes && k.centre) {
       const auto lanes = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(n)));
       ss += static_cast<LD>(lanes - n) * s.mean * s.mean;
@@ -294,8 +343,11 @@ class Engine {
     return l;
   }
 
-  // columns_only (backward): the column sums only, no dx (a cheaper bound for a ranking).
-  Predictions run(const Knobs& k, const Layout& l, bool columns_only = false) const {
+  // columns_only (backward): the column sums only, no dx (a cheaper bound for a ranking);
+  // with only_cols (see subset_bound_ok), dweight and dbias of those columns only, the others
+  // without a prediction (infinite slack: not scored).
+  Predictions run(const Knobs& k, const Layout& l, bool columns_only = false,
+                  const std::vector<std::int64_t>* only_cols = nullptr) const {
     if (c_.block != ref::Block::none) return run_block(k, l);
     const std::int64_t n = g_.cols;
     const auto RS = static_cast<std::int64_t>(l.rows.size());
@@ -305,7 +357,8 @@ class Engine {
     const LD alpha = c_.alpha;
     auto h_at = [&](std::int64_t row, std::int64_t j, LD* out_h) {
       const std::size_t i = off(row, j);
-      const LD x = x_->data[i], res = r_ ? r_->data[i] : LD(0), rb = rb_ ? rb_->data[j] : LD(0);
+      const std::size_t pj = k.weight_flat_index ? i % static_cast<std::size_t>(n) : static_cast<std::size_t>(j);
+      const LD x = x_->data[i], res = r_ ? r_->data[i] : LD(0), rb = rb_ ? rb_->data[pj] : LD(0);
       LD hv = 0;
       switch (k.res) {
         case ResMode::normal: hv = alpha * x + res + rb; break;
@@ -331,7 +384,7 @@ class Engine {
     // (all but the residual and h-rounding ones); the row statistics of the spec's statistics
     // knobs by every dialect that keeps them (weights, contracts' later points, dx terms,
     // reductions...); both per set of rows (the sample and every row: two slots each).
-    const bool h_shared = !groups && same_h(k, stats_spec_);
+    const bool h_shared = !groups && same_h(k, stats_spec_) && !(rb_ && k.weight_flat_index);
     const bool shared = h_shared && same_h_and_stats(k, stats_spec_);
     const HCache* hc = nullptr;
     const StatsCache* sc = nullptr;
@@ -419,25 +472,42 @@ class Engine {
         rout = &p["residual_out"];
         rout->assign(NS, 0.0);
       }
+      // The scale and bias of each column (parameters indexed per element: per element).
+      auto scale_bias = [&](std::int64_t row, std::int64_t j, LD& scale, LD& bv) {
+        LD wv = param(w_, row, j);
+        bv = b_ && !k.bias_missing ? param(b_, row, j) : LD(0);
+        if (k.weight == WeightMode::swapped) std::swap(wv, bv);
+        scale = k.weight == WeightMode::missing ? LD(1) : k.offset + wv;
+        if (k.pts.scale && k.weight != WeightMode::missing) scale = rnd(scale, *k.pts.scale);
+      };
+      const bool per_col = w_ && !k.weight_flat_index;
+      std::vector<LD> col_scale(per_col ? n : 0), col_bias(per_col ? n : 0);
+      for (std::int64_t j = 0; per_col && j < n; ++j) scale_bias(0, j, col_scale[j], col_bias[j]);
       for (std::int64_t ri = 0; ri < RS; ++ri) {
         const std::int64_t row = l.rows[ri];
-        for (std::int64_t j = 0; j < n; ++j) {
-          const std::size_t ci = static_cast<std::size_t>(ri * n + j);
-          if (dead(row)) {
+        if (dead(row)) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            const std::size_t ci = static_cast<std::size_t>(ri * n + j);
             y[ci] = k.unwritten;
             if (rout) (*rout)[ci] = k.unwritten;
-            continue;
           }
+          continue;
+        }
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::size_t ci = static_cast<std::size_t>(ri * n + j);
           const RowStat& s = stat_of(ri, j);
           const LD hv = h_of(ri, j);
           LD xh = (k.centre ? hv - s.mean : hv) * s.rstd;
           if (k.pts.xhat) xh = rnd(xh, *k.pts.xhat);
           LD v = xh;
           if (w_) {
-            LD wv = param(w_, row, j), bv = b_ && !k.bias_missing ? param(b_, row, j) : LD(0);
-            if (k.weight == WeightMode::swapped) std::swap(wv, bv);
-            LD scale = k.weight == WeightMode::missing ? LD(1) : k.offset + wv;
-            if (k.pts.scale && k.weight != WeightMode::missing) scale = rnd(scale, *k.pts.scale);
+            LD scale, bv;
+            if (per_col) {
+              scale = col_scale[j];
+              bv = col_bias[j];
+            } else {
+              scale_bias(row, j, scale, bv);
+            }
             if (k.weight == WeightMode::bias_first) {
               v = (xh + bv) * scale;
               if (k.pts.mul) v = rnd(v, *k.pts.mul);
@@ -503,9 +573,64 @@ class Engine {
       acc[j] += term;
       abs_sum[j] += std::fabs(term);
     };
+    // Statistics over other dims (stat_dims): the dx terms mean(g) and mean(g x-hat) are means
+    // over the same groups as the statistics (a kernel normalizing those dims differentiates its
+    // own function), so they need every element: per group, from every row.
+    std::vector<LD> grp_gbar, grp_m2;
+    if (groups && (!columns_only || (rb_ && sums))) {
+      const std::size_t ng = st.size();
+      std::vector<LD> gs(ng, 0), gxs(ng, 0), cnt(ng, 0);
+      for (std::int64_t row = 0; row < g_.rows; ++row)
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::size_t i = off(row, j);
+          const auto gr = static_cast<std::size_t>(group_of[i]);
+          const RowStat& s = st[gr];
+          const LD xv = (k.centre ? h[i] - s.mean : h[i]) * s.rstd;
+          LD scale = 1;
+          if (w_ && k.weight != WeightMode::missing)
+            scale = k.offset + (k.weight == WeightMode::swapped && b_ ? param(b_, row, j) : param(w_, row, j));
+          const LD gv = static_cast<LD>(dy_->data[i]) * scale;
+          gs[gr] += gv;
+          gxs[gr] += gv * xv;
+          cnt[gr] += 1;
+        }
+      grp_gbar.resize(ng);
+      grp_m2.resize(ng);
+      for (std::size_t gr = 0; gr < ng; ++gr) {
+        grp_gbar[gr] = cnt[gr] > 0 ? gs[gr] / cnt[gr] : LD(0);
+        grp_m2[gr] = cnt[gr] > 0 ? gxs[gr] / cnt[gr] : LD(0);
+      }
+    }
+    // Column of parameter p that element (row, j) reads and its gradient goes to.
+    auto pcol = [&](std::int64_t row, std::int64_t j) -> std::int64_t {
+      return k.weight_flat_index ? static_cast<std::int64_t>(off(row, j) % static_cast<std::size_t>(n)) : j;
+    };
+    // g = dy * scale: the scale of each column (per element where the parameters are remapped).
+    auto scale_at = [&](std::int64_t row, std::int64_t j) -> LD {
+      if (!w_ || k.weight == WeightMode::missing) return 1;
+      return k.offset + (k.weight == WeightMode::swapped && b_ ? param(b_, row, j) : param(w_, row, j));
+    };
+    const bool bwd_per_col = !k.weight_flat_index;
+    std::vector<LD> bwd_scale(bwd_per_col ? n : 0);
+    for (std::int64_t j = 0; bwd_per_col && j < n; ++j) bwd_scale[j] = scale_at(0, j);
+    const bool subset = only_cols && columns_only && subset_bound_ok(k) && sums && !tile;
+    const std::int64_t nj = subset ? static_cast<std::int64_t>(only_cols->size()) : n;
     std::vector<LD> g(n), xh(n);
     for (std::int64_t ri = 0; ri < RS; ++ri) {
       const std::int64_t row = l.rows[ri];
+      if (subset) {
+        // The chosen columns' terms of dweight and dbias only.
+        if (dead(row)) continue;
+        for (std::int64_t jj = 0; jj < nj; ++jj) {
+          const std::int64_t j = (*only_cols)[static_cast<std::size_t>(jj)];
+          const RowStat& s = stat_of(ri, j);
+          const LD dyv = dy_->data[off(row, j)];
+          const LD hv = h_of(ri, j);
+          if (w_) accumulate(dw, dw_a, j, dyv * ((k.centre ? hv - s.mean : hv) * s.rstd));
+          if (b_) accumulate(db, db_a, j, dyv);
+        }
+        continue;
+      }
       if (dead(row)) {
         for (std::int64_t j = 0; columns_only ? false : j < n; ++j) {
           dx[static_cast<std::size_t>(ri * n + j)] = k.unwritten;
@@ -519,13 +644,11 @@ class Engine {
         const LD dyv = dy_->data[off(row, j)];
         const LD hv = h_of(ri, j);
         xh[j] = (k.centre ? hv - s.mean : hv) * s.rstd;
-        LD scale = 1;
-        if (w_ && k.weight != WeightMode::missing)
-          scale = k.offset + (k.weight == WeightMode::swapped && b_ ? param(b_, row, j) : param(w_, row, j));
+        const LD scale = bwd_per_col ? bwd_scale[j] : scale_at(row, j);
         g[j] = dyv * scale;
         gsum += g[j];
         gx += g[j] * xh[j];
-        if (w_ && sums) accumulate(dw, dw_a, j, dyv * xh[j]);
+        if (w_ && sums) accumulate(dw, dw_a, pcol(row, j), dyv * xh[j]);
         if (tile) {
           const std::int64_t pos = (j / tile) * tile + row % tile;
           if (pos >= n) {
@@ -536,18 +659,20 @@ class Engine {
             dwt[j] += dyv * (yv / scale_of(row, pos));
           }
         }
-        if (b_ && sums) accumulate(db, db_a, j, dyv);
+        if (b_ && sums) accumulate(db, db_a, pcol(row, j), dyv);
       }
       const LD gbar = gsum / static_cast<LD>(n), m2 = gx / static_cast<LD>(n);
       if (columns_only && !(rb_ && sums)) continue;
       for (std::int64_t j = 0; j < n; ++j) {
         LD K = g[j];
-        if (k.centre && k.dx != DxMode::no_mean) K -= gbar;
-        if (k.dx != DxMode::no_projection) K -= xh[j] * m2;
+        const LD gb = groups ? grp_gbar[static_cast<std::size_t>(group_of[off(row, j)])] : gbar;
+        const LD mm = groups ? grp_m2[static_cast<std::size_t>(group_of[off(row, j)])] : m2;
+        if (k.centre && k.dx != DxMode::no_mean) K -= gb;
+        if (k.dx != DxMode::no_projection) K -= xh[j] * mm;
         const LD dh = stat_of(ri, j).rstd * K;
         if (!columns_only) dx[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(alpha * dh);
         if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(dh);
-        if (rb_ && sums) accumulate(drb, drb_a, j, dh);
+        if (rb_ && sums) accumulate(drb, drb_a, pcol(row, j), dh);
       }
     }
     auto emit = [&](const char* name, const std::vector<LD>& acc, const std::vector<LD>& abs_sum) {
@@ -592,6 +717,12 @@ class Engine {
     if (w_) emit("dweight", dw, dw_a);
     if (b_) emit("dbias", db, db_a);
     if (rb_) emit("dresidual_bias", drb, drb_a);
+    if (subset) {
+      std::vector<double> none(static_cast<std::size_t>(n), kInf);
+      for (auto j : *only_cols) none[static_cast<std::size_t>(j)] = 0;
+      if (w_) p.slack["dweight"] = none;
+      if (b_) p.slack["dbias"] = none;
+    }
     if (priming) cols_ = Columns{dw, db, drb, dw_a, db_a, drb_a, dwt, dwt_unknown};
     return p;
   }
@@ -601,6 +732,14 @@ class Engine {
   Predictions prime_columns(const Knobs& spec, const Layout& all) {
     spec_ = spec;
     return run(spec, all);
+  }
+
+  // Whether run(k, every row, columns_only, only_cols) can predict a subset of the column sums:
+  // no residual_bias (its sum needs every column's dh), parameters not remapped, sums reduced
+  // as the spec's.
+  bool subset_bound_ok(const Knobs& k) const {
+    return !rb_ && !k.weight_flat_index && k.colsum == ColSum::normal && k.zero_cols.empty() &&
+           k.dgamma_tile == 0 && c_.block == ref::Block::none && c_.direction == ref::Direction::backward;
   }
 
   // Whether k differs from the spec at most in how column sums are reduced.
@@ -905,6 +1044,9 @@ class Engine {
 
 // ---- scoring ---------------------------------------------------------------------------------
 
+// Columns of a backward case's cheap column-sum bound (worst_spec_columns).
+constexpr std::size_t kBoundColumns = 16;
+
 // Predictions closer than this many allowances everywhere cannot be told apart by the outputs.
 constexpr double kSameWithin = 0.5;
 
@@ -1097,6 +1239,38 @@ std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& g
     for (double v : r) *spec_max = std::max(*spec_max, v);
   }
   return r;
+}
+
+// The `k` columns where the certified dweight and dbias depart most from the candidate's (in
+// allowances; ascending order), or none when there are not more than 2k columns: the columns a
+// cheap bound of a backward dialect's column sums looks at first.
+std::vector<std::int64_t> worst_spec_columns(const fix::FixtureCase& fc, const Outputs& got,
+                                             const std::map<std::string, OutputAllowance>& allow,
+                                             std::int64_t cols, std::size_t k) {
+  if (static_cast<std::size_t>(cols) <= 2 * k) return {};
+  std::vector<double> r(static_cast<std::size_t>(cols), 0.0);
+  for (const char* name : {"dweight", "dbias"}) {
+    const auto e = fc.expected.find(name);
+    if (e == fc.expected.end() || !scorable(e->second, got, name, allow)) continue;
+    const auto& exp = e->second;
+    if (exp.value.data.size() != r.size()) return {};
+    const auto& gv = got.at(name).data;
+    const auto& a = allow.at(name);
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      const double al = a_abs(a, exp, i, exp.value.dtype);
+      if (std::isnan(al)) continue;
+      const double err =
+          std::isnan(gv[i]) && a.nan_ok[i] ? 0.0 : error_against(gv[i], exp.f64[i], exp.value.dtype);
+      r[i] = std::max(r[i], err == 0 ? 0.0 : (al > 0 ? err / al : kInf));
+    }
+  }
+  std::vector<std::int64_t> order(r.size());
+  for (std::size_t i = 0; i < r.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](std::int64_t x, std::int64_t y) { return r[x] > r[y] || (r[x] == r[y] && x < y); });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
 }
 
 // Whether some element of `lay` tells predictions a and b apart (b == nullptr: the certified
@@ -1740,7 +1914,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   // Large forward cases are ranked on a sample of rows (the rows where the candidate departs
   // most from the spec, and rows spread over the case); the best are then scored on every row.
   const Layout all = engine->layout(nullptr);
-  Layout lay = all;
+  Layout sample;  // the screened rows, where the case is screened
   double s_spec = 0;
   double s_spec_columns = kInf;  // the spec's score on the outputs not per row (column sums)
   std::optional<Predictions> full_spec;  // the spec on every row, when a sample is scored
@@ -1767,13 +1941,14 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
       rows.push_back(static_cast<std::int64_t>(i * (R - 1) / std::max<std::size_t>(1, spread - 1)));
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    lay = engine->layout(&rows);
+    sample = engine->layout(&rows);
   } else {
     s_spec = spec_score(fc, got, allow);
   }
   // Fits (eps_other_value) look at the screened rows: the rows where the candidate departs most
   // from the spec, where a wrong eps shows (on a sample, a fit from every row would cost more
   // than the rest of the screen).
+  const Layout& lay = sample.rows.empty() ? all : sample;
   const Ctx ctx{fc, c, got, spec, g, lay.rows};
   const bool sampled = !lay.all_rows;
   const Predictions spec_pred = engine->run(spec, lay);
@@ -1792,6 +1967,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     std::optional<Predictions> pred;  // on every row, where entries are compared
     std::optional<Predictions> spred;  // on the sample (sampled cases)
     bool columns_bound = false;  // backward: the score includes the column sums on every row
+    bool subset_bound = false;   // backward: it includes those of the worst_spec_columns
   };
   std::vector<Entry> all_entries;
   auto name_entry = [&](const Dialect& d, const Variant& var) {
@@ -1940,6 +2116,7 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
   std::vector<std::size_t> order(all_entries.size());
   std::vector<Group> groups;
   std::size_t blocker = 0;
+  std::optional<std::vector<std::int64_t>> bound_cols;  // worst_spec_columns, when first needed
   for (;;) {
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),
@@ -1990,6 +2167,20 @@ std::vector<Diagnosis> diagnose_as(const fix::FixtureCase& fc, const Outputs& go
     Entry& e = all_entries[blocker];
     if (c.direction == ref::Direction::backward && c.block == ref::Block::none && !e.columns_bound &&
         !e.pred && s_spec_columns > 1) {
+      // First the columns where the spec's sums fail most (a fraction of the work: the row
+      // statistics and those columns' terms), then every column.
+      if (!bound_cols) bound_cols = worst_spec_columns(fc, got, allow, g.cols, kBoundColumns);
+      if (!e.subset_bound && !bound_cols->empty() && engine->subset_bound_ok(e.k)) {
+        e.subset_bound = true;
+        const Predictions pc = engine->run(e.k, all, true, &*bound_cols);
+        const Score cs = score_of(fc, got, allow, &all, &pc, &*full_spec);
+        if (key(cs.score) > key(e.score.score)) {
+          e.score.score = cs.score;
+          e.score.worst_output = cs.worst_output;
+          e.score.worst_index = cs.worst_index;
+        }
+        continue;
+      }
       e.columns_bound = true;
       const Predictions pc = engine->run(e.k, all, true);
       const Score cs = score_of(fc, got, allow, &all, &pc, &*full_spec);

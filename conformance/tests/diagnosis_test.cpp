@@ -395,6 +395,78 @@ TEST(Diagnosis, BlocksBackwardFromTheReference) {
   }
 }
 
+// Backward of a kernel that normalizes other dims than the case's (`stat_axes`), or reads the
+// parameters at x's flat index mod their size (`flat_params`): it differentiates its own
+// function. Made from the certified reference on a changed case, all in float64 and rounded once
+// here: dx is the reference's backward of a norm over `stat_axes` without affine, fed dy times
+// the scale each element reads; the column sums are sums of dy times the reference's x-hat (its
+// forward without affine over `stat_axes`) into the parameter each element reads.
+Outputs axis_fault_backward(const ref::Case& c, const std::vector<std::int64_t>& stat_axes, bool flat_params) {
+  const auto g = ref::geometry_of(c);
+  const auto& x = c.inputs.at("x");
+  const auto& dy = c.inputs.at("dy").data;
+  const auto* w = c.affine != ref::Affine::none ? &c.inputs.at("weight").data : nullptr;
+  std::vector<std::int64_t> pidx(x.data.size());
+  for (std::int64_t r = 0; r < g.rows; ++r)
+    for (std::int64_t j = 0; j < g.cols; ++j) {
+      const auto i = static_cast<std::size_t>(g.row_base[r] + g.col_delta[j]);
+      pidx[i] = flat_params ? static_cast<std::int64_t>(i % static_cast<std::size_t>(g.cols)) : j;
+    }
+  ref::Case a = c;
+  a.affine = ref::Affine::none;
+  a.weight_offset = 0;
+  a.inputs.erase("weight");
+  a.inputs.erase("bias");
+  a.axes = stat_axes;
+  a.dtype_x = a.dtype_param = a.dtype_out = a.dtype_residual = a.dtype_compute = DType::float64;
+  for (auto& [name, t] : a.inputs) t.dtype = DType::float64;
+  auto& dya = a.inputs.at("dy").data;
+  for (std::size_t i = 0; i < dya.size(); ++i)
+    dya[i] = dy[i] * (w ? c.weight_offset + (*w)[static_cast<std::size_t>(pidx[i])] : 1.0);  // exact
+  const auto dx = ref::evaluate(a).outputs.at("dx").f64;
+  a.direction = ref::Direction::forward;
+  a.inputs.erase("dy");
+  const auto xhat = ref::evaluate(a).outputs.at("y").f64;
+  Outputs o;
+  o["dx"] = ref::Tensor{c.dtype_x, x.shape, std::vector<double>(dx.size())};
+  for (std::size_t i = 0; i < dx.size(); ++i) o["dx"].data[i] = ref::round_to(dx[i], c.dtype_x);
+  auto column_sums = [&](const char* name, bool times_xhat) {
+    std::vector<long double> acc(static_cast<std::size_t>(g.cols), 0);
+    for (std::size_t i = 0; i < dy.size(); ++i)
+      acc[static_cast<std::size_t>(pidx[i])] += static_cast<long double>(dy[i]) * (times_xhat ? xhat[i] : 1.0);
+    ref::Tensor t{c.dtype_param, g.param_shape, std::vector<double>(acc.size())};
+    for (std::size_t p = 0; p < acc.size(); ++p) t.data[p] = ref::round_to(static_cast<double>(acc[p]), c.dtype_param);
+    o[name] = std::move(t);
+  };
+  if (w) column_sums("dweight", true);
+  if (c.affine == ref::Affine::weight_bias) column_sums("dbias", false);
+  return o;
+}
+
+// Backward cases normalizing dims {1, 2} of a [2, 6, 4, 8] tensor (the ci tier's axis cases).
+TEST(Diagnosis, AxisFaultsBackwardFromTheReference) {
+  for (const auto affine : {ref::Affine::none, ref::Affine::weight_bias}) {
+    SCOPED_TRACE(static_cast<int>(affine));
+    const std::vector<std::int64_t> shape{2, 6, 4, 8};
+    std::mt19937_64 rng(21);
+    ref::Case c;
+    c.op = ref::Op::layernorm;
+    c.affine = affine;
+    c.direction = ref::Direction::backward;
+    c.axes = std::vector<std::int64_t>{1, 2};
+    c.inputs["x"] = ref::Tensor{DType::float32, shape, normal(rng, 384, 0.5, 1, DType::float32)};
+    c.inputs["dy"] = ref::Tensor{DType::float32, shape, normal(rng, 384, 0, 1, DType::float32)};
+    if (affine != ref::Affine::none) {
+      c.inputs["weight"] = ref::Tensor{DType::float32, {6, 4}, normal(rng, 24, 1, 0.5, DType::float32)};
+      c.inputs["bias"] = ref::Tensor{DType::float32, {6, 4}, normal(rng, 24, 0, 0.5, DType::float32)};
+    }
+    const auto fc = fixture_of(c);
+    expect_first(fc, axis_fault_backward(c, {3}, false), "stats_last_dim_only");
+    expect_first(fc, axis_fault_backward(c, {1, 2, 3}, false), "stats_all_but_batch");
+    if (affine != ref::Affine::none) expect_first(fc, axis_fault_backward(c, {1, 2}, true), "weight_not_broadcast");
+  }
+}
+
 // Rows from a limit on left at 0 (a launch grid capped): the limit is found.
 TEST(Diagnosis, RowsNotComputed) {
   const auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 40, 8, 0, 1);
