@@ -17,26 +17,14 @@
 #include <string.h>
 
 #include "normcheck/candidate.h"
-
-static nc_tensor* find(const nc_named_tensor* list, int32_t n, const char* name) {
-  int32_t i;
-  for (i = 0; i < n; ++i)
-    if (strcmp(list[i].name, name) == 0) return (nc_tensor*)&list[i].tensor;
-  return NULL;
-}
+#include "test_plugin_util.h"
 
 /* Offset of element (row r, column 0): rows run over all dims but the last, row-major. */
 static int64_t row_offset(const nc_tensor* t, int64_t r) {
 #ifdef ASSUME_DENSE
   return r * t->shape[t->rank - 1]; /* THE FAULT: strides ignored */
 #else
-  int64_t off = 0;
-  int32_t d;
-  for (d = t->rank - 2; d >= 0; --d) {
-    off += (r % t->shape[d]) * t->strides[d];
-    r /= t->shape[d];
-  }
-  return off;
+  return strided_row_offset(t, r);
 #endif
 }
 

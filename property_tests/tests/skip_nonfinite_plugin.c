@@ -11,26 +11,7 @@
 #include <string.h>
 
 #include "normcheck/candidate.h"
-
-/* The named tensor `name` of a list, or NULL when the case has none. */
-static nc_tensor* find(const nc_named_tensor* list, int32_t n, const char* name) {
-  int32_t i;
-  for (i = 0; i < n; ++i)
-    if (strcmp(list[i].name, name) == 0) return (nc_tensor*)&list[i].tensor;
-  return NULL;
-}
-
-/* Offset in elements of element (row r, column 0) of t: rows run over all dims but the last,
- * in row-major order, and each dim contributes its own stride. */
-static int64_t row_offset(const nc_tensor* t, int64_t r) {
-  int64_t off = 0;
-  int32_t d;
-  for (d = t->rank - 2; d >= 0; --d) {
-    off += (r % t->shape[d]) * t->strides[d];
-    r /= t->shape[d];
-  }
-  return off;
-}
+#include "test_plugin_util.h"
 
 static int run(void* state, const nc_case* c, const nc_named_tensor* inputs, int32_t n_inputs,
                nc_named_tensor* outputs, int32_t n_outputs, char* err, size_t err_len) {
@@ -51,8 +32,8 @@ static int run(void* state, const nc_case* c, const nc_named_tensor* inputs, int
   }
   for (d = 0; d + 1 < x->rank; ++d) rows *= x->shape[d];
   for (r = 0; r < rows; ++r) {
-    const float* xr = (const float*)x->data + row_offset(x, r);
-    float* yr = (float*)y->data + row_offset(y, r);
+    const float* xr = (const float*)x->data + strided_row_offset(x, r);
+    float* yr = (float*)y->data + strided_row_offset(y, r);
     const int64_t xs = x->strides[x->rank - 1], ys = y->strides[y->rank - 1];
     float sum = 0.0f, sq = 0.0f, m, rs;
     for (j = 0; j < cols; ++j) sum += xr[j * xs];
@@ -69,8 +50,8 @@ static int run(void* state, const nc_case* c, const nc_named_tensor* inputs, int
       if (b) v += ((const float*)b->data)[j * b->strides[0]];
       yr[j * ys] = v;
     }
-    ((float*)mean->data)[row_offset(mean, r)] = m;
-    ((float*)rstd->data)[row_offset(rstd, r)] = rs;
+    ((float*)mean->data)[strided_row_offset(mean, r)] = m;
+    ((float*)rstd->data)[strided_row_offset(rstd, r)] = rs;
   }
   for (d = 0; d < n_outputs; ++d) outputs[d].written = 1; /* y, mean, rstd are all there is */
   return 0;
