@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
+#include <optional>
 #include <rapidcheck.h>
 #include <sstream>
 
@@ -88,7 +89,21 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
   }
   Listener listener(opt.progress, r.tests, r.shrinks);
   const auto t0 = std::chrono::steady_clock::now();
-  const auto property = rc::detail::toProperty([&] { p.test(ctx); });
+  // The last case's outcome: a replayed case (--reproduce) that no longer fails comes back from
+  // RapidCheck as an error with no case result, so it is kept here.
+  std::optional<rc::detail::CaseResult> outcome;
+  const auto property = rc::detail::toProperty([&] {
+    try {
+      p.test(ctx);
+      outcome = rc::detail::CaseResult(rc::detail::CaseResult::Type::Success, "");
+    } catch (const rc::detail::CaseResult& c) {
+      outcome = c;
+      throw;
+    } catch (...) {
+      outcome = rc::detail::CaseResult(rc::detail::CaseResult::Type::Failure, "exception");
+      throw;
+    }
+  });
   const auto result = rc::detail::checkProperty(property, md, params, listener, repro);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -114,6 +129,19 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
     if (const auto nl = why.find_last_of('\n'); nl != std::string::npos) why = why.substr(nl + 1);
     r.message = fmt::format("gave up after {} tests: the drawn cases were declined or did not apply (last: {})",
                             gave_up.numSuccess, why);
+  } else if (result.match(error) && !opt.reproduce.empty() && outcome &&
+             outcome->type != rc::detail::CaseResult::Type::Failure) {
+    if (outcome->type == rc::detail::CaseResult::Type::Success) {
+      r.verdict = PropVerdict::passed;
+      r.tests = 1;
+      r.message = "the reproduced case no longer fails";
+    } else {
+      r.verdict = PropVerdict::unsupported;
+      r.tests = 0;
+      std::string why = outcome->description;
+      if (const auto nl = why.find_last_of('\n'); nl != std::string::npos) why = why.substr(nl + 1);
+      r.message = fmt::format("the reproduced case was declined or does not apply now ({})", why);
+    }
   } else if (result.match(error)) {
     throw std::runtime_error(fmt::format("property {}: {}", p.name, error.description));
   }
