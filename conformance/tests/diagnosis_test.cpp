@@ -480,6 +480,45 @@ TEST(Diagnosis, RowsNotComputed) {
 }
 
 // The correctly rounded (spec) outputs: no dialect may explain them better than the spec.
+// A fault whose effect is a fraction of an allowance everywhere (eps 1e-5 dropped on rows of
+// variance 1.4: y moves by about eps / (2 var) relative), on a kernel whose own rounding adds 0.9
+// allowance in the same direction on one element: the spec fails there, the faulty semantics
+// (the certified reference without eps) explain every output. The outputs cannot tell the
+// dialect from the spec element by element, yet they reject the one and accept the other: it is
+// the diagnosis (like N - 1 in a bfloat16 backward of 768 columns, DIAGNOSIS.md).
+TEST(Diagnosis, FaultBelowTheResolutionThatExplainsWhereTheSpecFails) {
+  const auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 64, 0, 1.2);
+  const auto fc = fixture_of(c);
+  auto f = c;
+  f.epsilon = 0;
+  const auto faulty = ref::evaluate(f).outputs;
+  const auto allow = derive_allowances(c);
+  Outputs got = outputs_of(f, fc);
+  const auto& a = allow.at("y").abs;
+  const auto& spec_y = fc.expected.at("y").f64;
+  const auto& fault_y = faulty.at("y").f64;
+  std::size_t worst = 0;
+  double effect = 0;  // the fault's largest effect on y, in allowances
+  for (std::size_t i = 0; i < spec_y.size(); ++i)
+    if (std::fabs(fault_y[i] - spec_y[i]) / a[i] > effect) {
+      effect = std::fabs(fault_y[i] - spec_y[i]) / a[i];
+      worst = i;
+    }
+  ASSERT_GT(effect, 0.15);
+  ASSERT_LT(effect, 0.5) << "the fault must be below what the outputs resolve element by element";
+  const double dir = fault_y[worst] > spec_y[worst] ? 1 : -1;
+  double& v = got["y"].data[worst];
+  v = ref::round_to(fault_y[worst] + dir * 0.9 * a[worst], c.dtype_out);
+  ASSERT_LE(std::fabs(v - fault_y[worst]), a[worst]);
+  ASSERT_GT(std::fabs(v - spec_y[worst]), a[worst]);
+  expect_first(fc, got, "eps_missing");
+  // The same perturbation against the fault's direction: no dialect of the stats explains it.
+  v = ref::round_to(fault_y[worst] - dir * 1.2 * a[worst], c.dtype_out);
+  const auto d = diagnose(fc, got, allow);
+  ASSERT_FALSE(d.empty());
+  EXPECT_FALSE(names(d[0], "eps_missing") && d[0].explains) << d[0].evidence;
+}
+
 TEST(Diagnosis, CorrectOutputsAreExplainedBestByTheSpec) {
   std::vector<ref::Case> cases{eps_case(), eps_case(ref::Op::rmsnorm),
                                make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 17, 1, 1),
