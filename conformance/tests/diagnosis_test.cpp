@@ -135,6 +135,27 @@ TEST(Diagnosis, EpsilonFaultsFromTheReference) {
   EXPECT_NEAR(d[0].parameters.at("epsilon"), 1e-6, 1e-8) << "the fitted eps is reported";
 }
 
+// Constant rows (variance exactly 0) with eps left out: the certified reference with eps = 0
+// gives rstd = 1/sqrt(0) = +inf and y = 0 * inf = NaN on them (IEEE). The dialect's own formula
+// in the engine gives the same non-finite values, and a predicted NaN or infinity that the
+// candidate reproduces (same class) scores as an exact match; one row is not constant, so the
+// spec also fails on finite values there.
+TEST(Diagnosis, EpsMissingOnConstantRowsGivesInfAndNaN) {
+  auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 64, 0, 3e-3);
+  c.epsilon = 1e-5;
+  auto& x = c.inputs.at("x").data;
+  const double level[3] = {0.375, -1.25, 3.0};  // rows 0-2 constant, row 3 keeps its spread
+  for (std::size_t r = 0; r < 3; ++r)
+    for (std::size_t j = 0; j < 64; ++j) x[r * 64 + j] = level[r];
+  const auto fc = fixture_of(c);
+  auto f = c;
+  f.epsilon = 0;
+  const auto got = outputs_of(f, fc);
+  ASSERT_TRUE(std::isinf(got.at("rstd").data[0]) && got.at("rstd").data[0] > 0) << "reference: rstd = +inf";
+  ASSERT_TRUE(std::isnan(got.at("y").data[0])) << "reference: y = 0 * inf = NaN";
+  expect_first(fc, got, "eps_missing");
+}
+
 TEST(Diagnosis, EpsilonAndVarianceFaultsFromIndependentCode) {
   const auto c = eps_case();
   const auto fc = fixture_of(c);
