@@ -96,6 +96,17 @@ CaseLimits plain(const Context& ctx) {
   return lim;
 }
 
+// A plain forward case of `op` with unit scale and no bias, outside any contract (the relations
+// of ln_sum_zero and rms_unit_rms hold for the exact y of such a case).
+CaseLimits unit_forward(const Context& ctx, ref::Op op) {
+  CaseLimits lim = plain(ctx);
+  lim.ops = {op};
+  lim.directions = {ref::Direction::forward};
+  lim.unit_affine = true;
+  lim.contracts = false;
+  return lim;
+}
+
 double max_abs(const ref::Tensor& t) {
   double m = 0;
   for (double v : t.data) m = std::max(m, std::fabs(v));
@@ -249,12 +260,7 @@ void rows_sum_to_zero(Context& ctx, const DrawnCase& d, const ref::Geometry& g, 
 
 // LayerNorm with unit scale and no bias: the exact y of a row sums to zero (sum of (x - mean)).
 void ln_sum_zero(Context& ctx) {
-  CaseLimits lim = plain(ctx);
-  lim.ops = {ref::Op::layernorm};
-  lim.directions = {ref::Direction::forward};
-  lim.unit_affine = true;
-  lim.contracts = false;
-  auto d = draw_case(ctx.cand.info().caps, lim);
+  auto d = draw_case(ctx.cand.info().caps, unit_forward(ctx, ref::Op::layernorm));
   const auto g = ref::geometry_of(d.c);
   const Side s = run_side(ctx, d.c, d.family, "x");
   rows_sum_to_zero(ctx, d, g, s, "y", "LayerNorm with unit weight, no bias");
@@ -263,12 +269,7 @@ void ln_sum_zero(Context& ctx) {
 // RMSNorm with unit scale and no bias: sum y^2 over a row = n ms / (ms + eps), ms the mean square
 // of x (n when eps is negligible: unit RMS). |sum got^2 - sum exact^2| <= sum a (2|got| + a).
 void rms_unit_rms(Context& ctx) {
-  CaseLimits lim = plain(ctx);
-  lim.ops = {ref::Op::rmsnorm};
-  lim.directions = {ref::Direction::forward};
-  lim.unit_affine = true;
-  lim.contracts = false;
-  auto d = draw_case(ctx.cand.info().caps, lim);
+  auto d = draw_case(ctx.cand.info().caps, unit_forward(ctx, ref::Op::rmsnorm));
   const auto g = ref::geometry_of(d.c);
   const Side s = run_side(ctx, d.c, d.family, "x");
   const ref::Tensor& y = output_of(ctx, d.c, d.family, s.got, "y", g.rows * g.cols);
