@@ -12,11 +12,14 @@
 #include "normcheck/conformance/checker.hpp"
 #include "normcheck/conformance/tolerance.hpp"
 #include "normcheck/reference/evaluate.hpp"
+#include "test_cases.hpp"
 
 namespace normcheck::conf {
 namespace {
 
 using ref::DType;
+using test::fixture_of;
+using test::normal;
 
 ref::Case ln_case(std::int64_t rows, std::int64_t cols, std::vector<double> x, DType dt = DType::float32) {
   ref::Case c;
@@ -26,21 +29,6 @@ ref::Case ln_case(std::int64_t rows, std::int64_t cols, std::vector<double> x, D
   c.dtype_compute = DType::float32;
   c.inputs["x"] = ref::Tensor{dt, {rows, cols}, std::move(x)};
   return c;
-}
-
-std::vector<double> normal(std::mt19937_64& rng, std::size_t n, double mean, double sd, DType t) {
-  std::normal_distribution<double> dist(mean, sd);
-  std::vector<double> v(n);
-  for (auto& x : v) x = ref::round_to(dist(rng), t);
-  return v;
-}
-
-fix::FixtureCase fixture_of(const ref::Case& c) {
-  fix::FixtureCase fc;
-  fc.id = "t";
-  fc.c = c;
-  fc.expected = ref::evaluate(c).outputs;
-  return fc;
 }
 
 // The correctly rounded outputs: what a perfect candidate returns.

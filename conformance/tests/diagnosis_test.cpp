@@ -14,18 +14,14 @@
 #include "normcheck/conformance/diagnosis.hpp"
 #include "normcheck/conformance/tolerance.hpp"
 #include "normcheck/reference/evaluate.hpp"
+#include "test_cases.hpp"
 
 namespace normcheck::conf {
 namespace {
 
 using ref::DType;
-
-std::vector<double> normal(std::mt19937_64& rng, std::size_t n, double mean, double sd, DType t) {
-  std::normal_distribution<double> dist(mean, sd);
-  std::vector<double> v(n);
-  for (auto& x : v) x = ref::round_to(dist(rng), t);
-  return v;
-}
+using test::fixture_of;
+using test::normal;
 
 ref::Case make_case(ref::Op op, ref::Affine affine, std::int64_t rows, std::int64_t cols, double mean,
                     double sd, DType dt = DType::float32, unsigned seed = 1) {
@@ -42,14 +38,6 @@ ref::Case make_case(ref::Op op, ref::Affine affine, std::int64_t rows, std::int6
   if (affine == ref::Affine::weight_bias)
     c.inputs["bias"] = ref::Tensor{dt, {cols}, normal(rng, static_cast<std::size_t>(cols), 0, 0.5, dt)};
   return c;
-}
-
-fix::FixtureCase fixture_of(const ref::Case& c) {
-  fix::FixtureCase fc;
-  fc.id = "t";
-  fc.c = c;
-  fc.expected = ref::evaluate(c).outputs;
-  return fc;
 }
 
 // The correctly rounded outputs of `faulty`, for the outputs the spec case has with the same shape.
