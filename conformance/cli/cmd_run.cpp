@@ -22,6 +22,7 @@ struct RunArgs {
   std::vector<std::string> cases;
   bool isolate = false, force = false, json_list = false, verbose = false, expect_reject = false;
   bool no_diagnosis = false;
+  bool flush_subnormals = false;  // check: the outputs' producer flushes subnormal outputs
   double timeout = 0;
   int threads = 0, max_print = 20;
   ReportFlags report;  // --junit, --markdown, --html, --summary-json
@@ -35,9 +36,10 @@ std::string caps_text(const conf::Capabilities& c) {
   for (auto d : c.directions) dirs += (dirs.empty() ? "" : ",") + std::string(ref::name_of(d));
   std::string contracts;
   for (const auto& s : c.contracts) contracts += (contracts.empty() ? "" : ",") + s;
-  return fmt::format("{} | {} | compute {} | {} | contracts {}{}{}{} | {}", ops, dts, cts, dirs, contracts,
+  return fmt::format("{} | {} | compute {} | {} | contracts {}{}{}{}{} | {}", ops, dts, cts, dirs, contracts,
                      c.residual ? " | residual" : "", c.blocks ? " | blocks" : "",
-                     c.general_axes ? " | any axes" : " | last axis", c.device);
+                     c.general_axes ? " | any axes" : " | last axis",
+                     c.flush_subnormal_outputs ? " | flushes subnormal outputs" : "", c.device);
 }
 
 int run_list(const RunArgs& a) {
@@ -56,6 +58,8 @@ int run_list(const RunArgs& a) {
       caps["blocks"] = c.blocks;
       caps["general_axes"] = c.general_axes;
       caps["weight_offset"] = c.weight_offset;
+      caps["batch_dependent_order"] = c.batch_dependent_order;
+      caps["flush_subnormal_outputs"] = c.flush_subnormal_outputs;
       caps["device"] = c.device;
       nlohmann::ordered_json item{{"name", e.info.name},
                                   {"kind", conf::name_of(e.info.kind)},
@@ -105,7 +109,12 @@ void print_table(const std::vector<conf::CandidateRun>& runs) {
                           : r.rejected()  ? "FAILED"
                           : compared == 0 ? "nothing run (every case declined)"
                                           : "conforms";
-    fmt::print("  {}{}\n", outcome, r.error.empty() ? "" : " (run stopped: " + r.error + ")");
+    std::int64_t flushed = 0;
+    for (const auto& c : r.cases)
+      for (const auto& o : c.outputs) flushed += o.flushed;
+    const std::string flush_note =
+        flushed > 0 ? fmt::format(" ({} zero{} accepted as flushed subnormals)", flushed, flushed == 1 ? "" : "s") : "";
+    fmt::print("  {}{}{}\n", outcome, flush_note, r.error.empty() ? "" : " (run stopped: " + r.error + ")");
   }
 }
 
@@ -168,6 +177,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   conf::RunOptions opt;
   opt.fixtures = a.fixtures;
   opt.outputs = a.outputs;
+  opt.outputs_flush_subnormals = a.flush_subnormals;
   opt.case_globs = a.cases;
   opt.threads = a.threads;
   opt.diagnose = !a.no_diagnosis;
@@ -295,6 +305,9 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
   auto* check = app.add_subcommand("check", "Check an outputs file written by any program against the fixtures");
   add_common(check);
   check->add_option("--outputs", a->outputs, "Outputs file (fixtures/SCHEMA.md, \"Outputs files\")")->required();
+  check->add_flag("--flush-subnormal-outputs", a->flush_subnormals,
+                  "The program that wrote the outputs flushes subnormal results to zero: accept such zeros and count "
+                  "them as flushed (conformance/TOLERANCE.md)");
   return [a, list, run, check, &argv_all]() {
     if (list->parsed()) return run_list(*a);
     if (run->parsed()) return run_run(*a, argv_all, false);

@@ -14,7 +14,9 @@
 //   skip-rmsnorm    com.microsoft SkipSimplifiedLayerNormalization: the same without the mean
 // The model of a case is built once by ort_models.py (onnx.helper; Node has no ONNX builder) and
 // cached under --cache, named after its spec; its dims are symbolic, so one model serves every
-// shape of a rank. What is declined, and why, is in README.md ("What maps onto ONNX Runtime").
+// shape of a rank. Its epsilon attribute is a placeholder that the adapter replaces, in a copy of
+// the model's bytes, by the case's epsilon (withEpsilon): one model serves every epsilon too.
+// What is declined, and why, is in README.md ("What maps onto ONNX Runtime").
 'use strict';
 
 const crypto = require('crypto');
@@ -34,7 +36,14 @@ const PROTOCOL = 'normcheck-subprocess';
 const VERSION = 1;
 const MAX_HEADER_BYTES = 1 << 20;
 const ITEMSIZE = { float64: 8, float32: 4, float16: 2, bfloat16: 2 };
-const BUILDER_VERSION = 2; // part of every model's cache key: bump when ort_models.py changes a model
+const BUILDER_VERSION = 3; // part of every model's cache key: bump when ort_models.py changes a model
+// The epsilon the template models are built with (float32 bits 0x0DADBEEF, a value no case's
+// model holds otherwise: the graph has no initializers) and the bytes of its protobuf field:
+// AttributeProto.f is field 2, wire type 5 (fixed32, little-endian), tag byte 0x15.
+const EPS_PLACEHOLDER_HEX = '0xadbeefp-123';
+const EPS_PLACEHOLDER_FIELD = Buffer.from([0x15, 0xef, 0xbe, 0xad, 0x0d]);
+// Sessions kept open (least recently used first out): one per model and epsilon.
+const MAX_SESSIONS = 64;
 
 const KERNELS = {
   layernorm: { op: 'LayerNormalization', normOp: 'layernorm', residual: false },
@@ -278,9 +287,11 @@ function plan(kernel, c, inputs, wanted) {
   }
   const spec = {
     builder: BUILDER_VERSION, op: kernel.op, dtype: t, stats_dtype: 'float32', rank: xdims.length, axis, axis_attr: axisAttr,
-    epsilon_hex: c.epsilon_hex, inputs: feeds.map((f) => f[0]), outputs: fetch.map((f) => f[1]),
+    inputs: feeds.map((f) => f[0]), outputs: fetch.map((f) => f[1]),
   };
-  return { spec, feeds, fetch };
+  const epsilon = hexToDouble(c.epsilon_hex);
+  if (!Number.isFinite(epsilon)) throw new Error(`epsilon ${c.epsilon_hex} is not a finite number`);
+  return { spec, epsilon, feeds, fetch };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,13 +314,16 @@ async function main() {
   ort.env.logLevel = 'error';
   const kernel = KERNELS[args.kernel];
   const version = (ort.env.versions && ort.env.versions.common) || '?';
-  const sessions = new Map();
+  const templates = new Map(); // model file -> { bytes, at: offset of the epsilon field }
+  const sessions = new Map();  // model file and epsilon bits -> session, least recently used first
 
-  async function sessionFor(spec) {
+  // The template model of `spec` (its epsilon the placeholder), built by ort_models.py on first
+  // use and kept in the cache folder.
+  function templateFor(spec) {
     const key = crypto.createHash('sha256').update(JSON.stringify(spec)).digest('hex').slice(0, 20);
     const file = path.join(args.cache, `${spec.op}-${spec.dtype}-r${spec.rank}-${key}.onnx`);
-    let s = sessions.get(file);
-    if (s) return s;
+    let t = templates.get(file);
+    if (t) return [file, t];
     if (!fs.existsSync(file)) {
       try {
         execFileSync(args.python, [path.join(__dirname, 'ort_models.py'), '--out', file, JSON.stringify(spec)],
@@ -318,16 +332,49 @@ async function main() {
         throw new Error(`building the model failed: ${(e.stderr || e.message).toString().trim()}`);
       }
     }
-    s = await ort.InferenceSession.create(file, {
+    const bytes = fs.readFileSync(file);
+    const at = bytes.indexOf(EPS_PLACEHOLDER_FIELD);
+    if (at < 0 || bytes.indexOf(EPS_PLACEHOLDER_FIELD, at + 1) >= 0)
+      throw new Error(`model ${file} does not hold its epsilon placeholder exactly once (delete the cache folder ${args.cache})`);
+    t = { bytes, at };
+    templates.set(file, t);
+    return [file, t];
+  }
+
+  // A copy of the template whose epsilon is `epsilon` rounded to float32 (round to nearest even,
+  // as onnx.helper stores a float attribute: the conv(eps) of TOLERANCE.md 3.4).
+  function withEpsilon(t, epsilon) {
+    const bytes = Uint8Array.from(t.bytes);
+    new DataView(bytes.buffer).setFloat32(t.at + 1, Math.fround(epsilon), true);
+    return bytes;
+  }
+
+  async function sessionFor(spec, epsilon) {
+    const [file, t] = templateFor({ ...spec, epsilon_hex: EPS_PLACEHOLDER_HEX });
+    const bits = Buffer.alloc(4);
+    bits.writeFloatLE(Math.fround(epsilon));
+    const key = `${file}#${bits.toString('hex')}`;
+    let s = sessions.get(key);
+    if (s) {
+      sessions.delete(key); // most recently used last
+      sessions.set(key, s);
+      return s;
+    }
+    s = await ort.InferenceSession.create(withEpsilon(t, epsilon), {
       executionProviders: ['cpu'], intraOpNumThreads: args.threads, interOpNumThreads: 1,
     });
-    sessions.set(file, s);
+    sessions.set(key, s);
+    if (sessions.size > MAX_SESSIONS) {
+      const [oldest, old] = sessions.entries().next().value;
+      sessions.delete(oldest);
+      if (typeof old.release === 'function') await old.release();
+    }
     return s;
   }
 
   async function run(c, inputs, wanted) {
     const p = plan(kernel, c, inputs, wanted);
-    const session = await sessionFor(p.spec);
+    const session = await sessionFor(p.spec, p.epsilon);
     const feeds = {};
     for (const [slot, t, dims, bytes] of p.feeds) {
       const data = t === 'float32' ? new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4)

@@ -126,6 +126,7 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
     jo["failed"] = o.failed;
     jo["mistrusted"] = o.mistrusted;
     jo["uncertified"] = o.uncertified;
+    jo["flushed"] = o.flushed;
     jo["max_ulp"] = number(o.max_ulp);
     jo["max_abs"] = number(o.max_abs);
     jo["max_rel"] = number(o.max_rel);
@@ -229,7 +230,7 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
             res.message = *why;
           } else {
             const Outputs got = candidates[i]->run(fc.c);
-            res = check_case(fc, got, allow);
+            res = check_case(fc, got, allow, check_options_of(candidates[i]->info().caps));
             if (opt.diagnose && res.verdict == Verdict::failed) {
               const auto d0 = std::chrono::steady_clock::now();
               res.diagnosis = diagnose(fc, got, allow);
@@ -287,6 +288,7 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
   CandidateRun run;
   run.info.name = "outputs:" + opt.outputs;
   run.info.description = "outputs file " + opt.outputs;
+  run.info.caps.flush_subnormal_outputs = opt.outputs_flush_subnormals;
   const auto& fids = fixtures.case_ids();
   for (const auto& id : outputs.case_ids())
     if (!std::binary_search(fids.begin(), fids.end(), id))
@@ -351,7 +353,7 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
       }
     } else {
       const auto allow = derive_allowances(fc.c);
-      res = check_case(fc, got, allow);
+      res = check_case(fc, got, allow, check_options_of(run.info.caps));
       if (opt.diagnose && res.verdict == Verdict::failed) {
         res.diagnosis = diagnose(fc, got, allow);
         res.diagnosed = true;
@@ -383,6 +385,7 @@ std::string results_json(const CandidateRun& run, const ResultsContext& ctx) {
                        {"command", ctx.fixtures.command}};
   const auto& in = run.info;
   Json cand{{"spec", in.name}, {"kind", name_of(in.kind)}, {"description", in.description}, {"device", in.caps.device}};
+  if (in.caps.flush_subnormal_outputs) cand["flush_subnormal_outputs"] = true;
   if (in.kind == CandidateKind::mutant) {
     cand["fault_class"] = in.fault_class;
     cand["fault"] = in.fault;

@@ -274,6 +274,7 @@ json capabilities_json(const Capabilities& caps) {
           {"general_axes", caps.general_axes},
           {"weight_offset", caps.weight_offset},
           {"batch_dependent_order", caps.batch_dependent_order},
+          {"flush_subnormal_outputs", caps.flush_subnormal_outputs},
           {"device", caps.device}};
 }
 
@@ -299,6 +300,7 @@ Capabilities capabilities_from_json(const json& j) {
   flag("general_axes", caps.general_axes);
   flag("weight_offset", caps.weight_offset);
   flag("batch_dependent_order", caps.batch_dependent_order);
+  flag("flush_subnormal_outputs", caps.flush_subnormal_outputs);
   if (auto it = j.find("device"); it != j.end()) {
     if (!it->is_string()) throw ProtocolError("capabilities.device must be a string");
     caps.device = it->get<std::string>();

@@ -117,6 +117,60 @@ TEST(Checker, MissingWrongShapeWrongDtype) {
   EXPECT_NE(output(check_case(fc, got, allow), "mean").reason.find("dtype float16"), std::string::npos);
 }
 
+
+// Declared flush-to-zero outputs (CheckOptions, TOLERANCE.md "Declared flush-to-zero"): a bfloat16
+// LayerNorm with eps = 1 over a row of subnormal values (y ~ x - mean, subnormal in bfloat16) and a
+// row of normal values. Zeros in place of the subnormal outputs FAIL unless declared; declared,
+// they pass and are counted as flushed; a zero where a normal value is expected fails even so.
+TEST(Checker, DeclaredFlushToZeroAcceptsOnlySubnormalZeros) {
+  std::mt19937_64 rng(4);
+  std::vector<double> x;
+  for (int k : {3, -5, 2, 7, -1, 0, 4, -6}) x.push_back(std::ldexp(k, -133));  // bfloat16 subnormals
+  for (double v : normal(rng, 8, 0, 1, DType::bfloat16)) x.push_back(v);
+  auto c = ln_case(2, 8, x, DType::bfloat16);
+  c.epsilon = 1;
+  const auto fc = fixture_of(c);
+  const auto allow = derive_allowances(c);
+  const double min_normal = std::ldexp(1.0, -126);
+  Outputs got = perfect(fc);
+  int subnormal = 0;
+  for (std::size_t i = 0; i < 8; ++i) {
+    double& v = got["y"].data[i];
+    ASSERT_LT(std::fabs(v), min_normal) << "row 0's y must be subnormal in bfloat16";
+    subnormal += v != 0;
+    v = std::copysign(0.0, v);
+  }
+  ASSERT_GE(subnormal, 6);
+  const auto strict = check_case(fc, got, allow);
+  EXPECT_EQ(strict.verdict, Verdict::failed);
+  EXPECT_EQ(output(strict, "y").flushed, 0);
+  EXPECT_GE(output(strict, "y").failed, 1);
+
+  const CheckOptions ftz{.flush_subnormal_outputs = true};
+  const auto declared = check_case(fc, got, allow, ftz);
+  EXPECT_EQ(declared.verdict, Verdict::passed);
+  EXPECT_EQ(output(declared, "y").failed, 0);
+  EXPECT_EQ(output(declared, "y").flushed, output(strict, "y").failed);
+  EXPECT_LE(output(declared, "y").max_ratio, 1.0);
+
+  // A flushed zero where the value is normal: still a failure.
+  Outputs wrong = got;
+  ASSERT_GE(std::fabs(wrong["y"].data[9]), min_normal);
+  wrong["y"].data[9] = 0;
+  const auto r = check_case(fc, wrong, allow, ftz);
+  EXPECT_EQ(r.verdict, Verdict::failed);
+  EXPECT_EQ(output(r, "y").failed, 1);
+  EXPECT_EQ(output(r, "y").worst_index, 9);
+
+  // The slack itself, and the relations' widening of zeros only.
+  EXPECT_EQ(flush_slack(-0.0, DType::float16), std::ldexp(1.0, -14));
+  EXPECT_EQ(flush_slack(0.0, DType::float32), min_normal);
+  EXPECT_EQ(flush_slack(0x1p-140, DType::float32), 0.0);
+  auto widened = allow;
+  widen_for_flushed_zeros(widened, got);
+  EXPECT_EQ(widened.at("y").abs[0], allow.at("y").abs[0] + min_normal);
+  EXPECT_EQ(widened.at("y").abs[9], allow.at("y").abs[9]);
+}
 // The table against its derivation: the mean of a row of n = 4 values 1, 2, 3, 4 in float32
 // compute: e_mean = gam(5) A + 4 eta (TOLERANCE.md 3.2), plus half an ulp of the fp32 output.
 TEST(Tolerance, MeanBoundIsTheDerivedFormula) {

@@ -131,7 +131,7 @@ std::optional<Run> run_y(Context& ctx, ref::Case c, const std::string& family) {
   if (ctx.cand.declines(c)) return std::nullopt;
   Run r;
   r.got = run_candidate(ctx, c, family);
-  r.allow = conf::derive_allowances(c).at("y");
+  r.allow = allowances_of(ctx, c, r.got).at("y");
   r.c = std::move(c);
   const auto g = ref::geometry_of(r.c);
   r.y = &output_of(ctx, r.c, family, r.got, "y", g.rows * g.cols);
@@ -141,9 +141,9 @@ std::optional<Run> run_y(Context& ctx, ref::Case c, const std::string& family) {
 // Fails with the side the reference rejects, when one does (the block first).
 [[noreturn]] void fail_composition(Context& ctx, const Run& block, const Run* part, const std::string& family,
                                    const std::string& message) {
-  auto rb = agreement_of(block.c, block.got);
+  auto rb = agreement_of(ctx, block.c, block.got);
   if (conf::is_failure(rb.verdict) || !part) fail(ctx, block.c, family, message, rb, false);
-  auto rp = agreement_of(part->c, part->got);
+  auto rp = agreement_of(ctx, part->c, part->got);
   if (conf::is_failure(rp.verdict)) fail(ctx, part->c, family, message, rp, false);
   fail(ctx, block.c, family, message, rb, false);
 }

@@ -31,7 +31,7 @@ struct Side {
 Side run_side(Context& ctx, ref::Case c, const std::string& family, std::string what) {
   Side s;
   s.got = run_candidate(ctx, c, family);
-  s.allow = conf::derive_allowances(c);
+  s.allow = allowances_of(ctx, c, s.got);
   s.c = std::move(c);
   s.what = std::move(what);
   return s;
@@ -41,9 +41,9 @@ Side run_side(Context& ctx, ref::Case c, const std::string& family, std::string 
 // `normcheck run` rejects), else with the left side.
 [[noreturn]] void fail_relation(Context& ctx, const Side& l, const Side& r, const std::string& family,
                                 const std::string& message) {
-  auto rl = agreement_of(l.c, l.got);
+  auto rl = agreement_of(ctx, l.c, l.got);
   if (conf::is_failure(rl.verdict)) fail(ctx, l.c, family, message, rl, false);
-  auto rr = agreement_of(r.c, r.got);
+  auto rr = agreement_of(ctx, r.c, r.got);
   if (conf::is_failure(rr.verdict)) fail(ctx, r.c, family, message, rr, false);
   fail(ctx, l.c, family, message, rl, false);
 }
@@ -254,7 +254,7 @@ void rows_sum_to_zero(Context& ctx, const DrawnCase& d, const ref::Geometry& g, 
            fmt::format("{}: row {} of {} sums to {} ({}), beyond the allowance {:.6g} (the exact sum is 0)", what, r,
                        name, static_cast<double>(sum), ref::hex_text(static_cast<double>(sum)),
                        static_cast<double>(slack)),
-           agreement_of(d.c, s.got), false);
+           agreement_of(ctx, d.c, s.got), false);
   }
 }
 
@@ -296,7 +296,7 @@ void rms_unit_rms(Context& ctx) {
            fmt::format("RMSNorm with unit weight, no bias: row {}: sum y^2 = {:.17g}, exact {:.17g} (n ms/(ms + eps)); "
                        "difference beyond the allowance {:.6g}",
                        r, static_cast<double>(sq), static_cast<double>(target), static_cast<double>(slack)),
-           agreement_of(d.c, s.got), false);
+           agreement_of(ctx, d.c, s.got), false);
   }
 }
 
@@ -341,7 +341,7 @@ void fused_residual(Context& ctx) {
            fmt::format("fused residual: residual_out element {} is {}, but h = alpha x + residual{} is exactly {}", i,
                        value_text(ro.data[i], ro.dtype), c.inputs.count("residual_bias") ? " + residual_bias" : "",
                        value_text(h.data[i], h.dtype)),
-           agreement_of(c, l.got), false);
+           agreement_of(ctx, c, l.got), false);
   // The unfused composition: Norm(h), no residual, x = h in dtype_x (the grid makes h a value of
   // dtype_x too, so contracts that round at x-hat round to the same dtype as in the fused case).
   ref::Case u = c;
@@ -398,7 +398,7 @@ void dbias_is_column_sum(Context& ctx) {
            fmt::format("dbias column {} is {}, but the column sum of dy is {:.17g}: difference beyond the allowance "
                        "{:.6g}",
                        col, value_text(db.data[i], db.dtype), static_cast<double>(sum), static_cast<double>(slack)),
-           agreement_of(d.c, s.got), false);
+           agreement_of(ctx, d.c, s.got), false);
   }
 }
 

@@ -34,9 +34,16 @@ fix::FixtureCase reference_case(const ref::Case& c, const std::string& id) {
   return fc;
 }
 
-conf::CaseResult agreement_of(const ref::Case& c, const conf::Outputs& got) {
+conf::CaseResult agreement_of(const Context& ctx, const ref::Case& c, const conf::Outputs& got) {
   const auto fc = reference_case(c, "prop");
-  return conf::check_case(fc, got, conf::derive_allowances(c));
+  return conf::check_case(fc, got, conf::derive_allowances(c), conf::check_options_of(ctx.cand.info().caps));
+}
+
+std::map<std::string, conf::OutputAllowance> allowances_of(const Context& ctx, const ref::Case& c,
+                                                           const conf::Outputs& got) {
+  auto allow = conf::derive_allowances(c);
+  if (ctx.cand.info().caps.flush_subnormal_outputs) conf::widen_for_flushed_zeros(allow, got);
+  return allow;
 }
 
 [[noreturn]] void fail(Context& ctx, const ref::Case& c, const std::string& family, const std::string& message,
@@ -87,10 +94,10 @@ std::int64_t flat_index(const ref::Geometry& g, const std::string& name, std::in
 const ref::Tensor& output_of(Context& ctx, const ref::Case& c, const std::string& family, const conf::Outputs& got,
                              const std::string& name, std::int64_t numel) {
   const auto it = got.find(name);
-  if (it == got.end()) fail(ctx, c, family, fmt::format("output {} missing", name), agreement_of(c, got), false);
+  if (it == got.end()) fail(ctx, c, family, fmt::format("output {} missing", name), agreement_of(ctx, c, got), false);
   if (static_cast<std::int64_t>(it->second.data.size()) != numel)
     fail(ctx, c, family, fmt::format("output {} has {} elements, {} expected", name, it->second.data.size(), numel),
-         agreement_of(c, got), false);
+         agreement_of(ctx, c, got), false);
   return it->second;
 }
 
@@ -121,7 +128,7 @@ using namespace detail;
 void agreement(Context& ctx) {
   const auto d = draw_case(ctx.cand.info().caps, ctx.limits);
   const conf::Outputs got = run_candidate(ctx, d.c, d.family);
-  const auto res = agreement_of(d.c, got);
+  const auto res = agreement_of(ctx, d.c, got);
   if (conf::is_failure(res.verdict)) fail(ctx, d.c, d.family, conf::describe(res), res, false);
 }
 
@@ -157,12 +164,12 @@ std::optional<std::string> bitwise_diff(const conf::Outputs& a, const conf::Outp
 // (NC_CAP_BATCH_DEPENDENT_ORDER), batch and layout invariance hold within tolerance: each side is
 // within its allowance of the same exact value (the same row of the same inputs), so the two may
 // differ by the sum of the allowances. `map` as for bitwise_diff; ca, cb the cases of a and b.
-std::optional<std::string> tolerance_diff(const ref::Case& ca, const conf::Outputs& a, const ref::Case& cb,
+std::optional<std::string> tolerance_diff(const Context& ctx, const ref::Case& ca, const conf::Outputs& a, const ref::Case& cb,
                                           const conf::Outputs& b,
                                           const std::function<bool(const std::string&)>& compared,
                                           const std::function<std::int64_t(const std::string&, std::int64_t)>& map,
                                           const std::string& what_a, const std::string& what_b) {
-  const auto allow_a = conf::derive_allowances(ca), allow_b = conf::derive_allowances(cb);
+  const auto allow_a = allowances_of(ctx, ca, a), allow_b = allowances_of(ctx, cb, b);
   for (const auto& [name, tb] : b) {
     if (compared && !compared(name)) continue;
     const auto it = a.find(name);
@@ -194,7 +201,7 @@ std::optional<std::string> invariance_diff(const Context& ctx, const ref::Case& 
                                            const std::function<bool(const std::string&)>& compared,
                                            const std::function<std::int64_t(const std::string&, std::int64_t)>& map,
                                            const std::string& what_a, const std::string& what_b) {
-  if (ctx.cand.info().caps.batch_dependent_order) return tolerance_diff(ca, a, cb, b, compared, map, what_a, what_b);
+  if (ctx.cand.info().caps.batch_dependent_order) return tolerance_diff(ctx, ca, a, cb, b, compared, map, what_a, what_b);
   return bitwise_diff(a, b, compared, map, what_a, what_b);
 }
 
@@ -228,7 +235,7 @@ void determinism(Context& ctx) {
                                patterned ? fmt::format("the second call (outputs pre-filled with {}, not NaN)",
                                                        ref::hex_text(kSecondSentinel))
                                          : std::string("the second call")))
-    fail(ctx, d.c, d.family, "the same call twice: " + *diff, agreement_of(d.c, second), false);
+    fail(ctx, d.c, d.family, "the same call twice: " + *diff, agreement_of(ctx, d.c, second), false);
 }
 
 // Applies f to row `row` of every row-shaped input (x, residual, dy), rounding to its dtype.
@@ -263,9 +270,9 @@ void row_independence(Context& ctx) {
     return in_row[static_cast<std::size_t>(i)] ? -1 : i;
   };
   if (auto diff = bitwise_diff(a, b, rowwise, map, "the case", fmt::format("the case with row {} changed", row))) {
-    auto res = agreement_of(changed, b);
+    auto res = agreement_of(ctx, changed, b);
     if (conf::is_failure(res.verdict)) fail(ctx, changed, d.family, "row independence: " + *diff, res, false);
-    fail(ctx, d.c, d.family, "row independence: " + *diff, agreement_of(d.c, a), false);
+    fail(ctx, d.c, d.family, "row independence: " + *diff, agreement_of(ctx, d.c, a), false);
   }
 }
 
@@ -305,9 +312,9 @@ void batch_invariance(Context& ctx) {
   };
   if (auto diff = invariance_diff(ctx, d.c, batch, alone, one, rowwise, map, fmt::format("a batch of {} rows", g.rows),
                                   fmt::format("row {} alone", row))) {
-    auto res = agreement_of(d.c, batch);
+    auto res = agreement_of(ctx, d.c, batch);
     if (conf::is_failure(res.verdict)) fail(ctx, d.c, d.family, "batch invariance: " + *diff, res, false);
-    fail(ctx, alone, d.family, "batch invariance: " + *diff, agreement_of(alone, one), false);
+    fail(ctx, alone, d.family, "batch invariance: " + *diff, agreement_of(ctx, alone, one), false);
   }
 }
 
@@ -352,9 +359,9 @@ void layout_invariance(Context& ctx) {
   if (auto diff = invariance_diff(ctx, d.c, dense, t, strided, nullptr, map,
                                   fmt::format("the dense [{}, {}] layout", g.rows, H),
                                   fmt::format("the strided [{}, {}, {}] axes [1] layout", a, H, b))) {
-    auto res = agreement_of(t, strided);
+    auto res = agreement_of(ctx, t, strided);
     if (conf::is_failure(res.verdict)) fail(ctx, t, d.family, "layout invariance: " + *diff, res, false);
-    fail(ctx, d.c, d.family, "layout invariance: " + *diff, agreement_of(d.c, dense), false);
+    fail(ctx, d.c, d.family, "layout invariance: " + *diff, agreement_of(ctx, d.c, dense), false);
   }
 }
 
@@ -392,7 +399,7 @@ void memory_layout_invariance(Context& ctx) {
                                        lay.offset_bytes ? fmt::format(" starting {} bytes into their buffers", lay.offset_bytes) : "",
                                        lay.column_major ? " in column-major order" : "");
   if (auto diff = invariance_diff(ctx, d.c, dense, d.c, other, nullptr, nullptr, "dense row-major inputs", what)) {
-    auto res = agreement_of(d.c, dense);  // what `normcheck run` replays: the dense layout
+    auto res = agreement_of(ctx, d.c, dense);  // what `normcheck run` replays: the dense layout
     fail(ctx, d.c, d.family,
          fmt::format("memory layout invariance: {} (the counterexample file replays the dense layout)", *diff), res,
          false);

@@ -20,8 +20,14 @@ namespace detail {
 
 // The case with its certified expected outputs (ref::evaluate).
 fix::FixtureCase reference_case(const ref::Case& c, const std::string& id);
-// The candidate's outputs checked against the reference (conf::check_case).
-conf::CaseResult agreement_of(const ref::Case& c, const conf::Outputs& got);
+// The candidate's outputs checked against the reference (conf::check_case, with what the
+// candidate declares: flush-to-zero outputs).
+conf::CaseResult agreement_of(const Context& ctx, const ref::Case& c, const conf::Outputs& got);
+// The allowances of the case's outputs (conf::derive_allowances), each zero of `got` widened by
+// the dtype's smallest normal where the candidate declares flush-to-zero outputs
+// (conf::widen_for_flushed_zeros): what the relations compare within.
+std::map<std::string, conf::OutputAllowance> allowances_of(const Context& ctx, const ref::Case& c,
+                                                           const conf::Outputs& got);
 // Records the counterexample in ctx.last_failure and fails the test (RC_FAIL).
 [[noreturn]] void fail(Context& ctx, const ref::Case& c, const std::string& family, const std::string& message,
                        std::optional<conf::CaseResult> agreement, bool crashed);

@@ -1,5 +1,5 @@
-/* A test plugin for the batch- and memory-layout properties (tests/CMakeLists.txt), built three
- * ways from this file:
+/* A test plugin for the batch- and memory-layout properties and for declared flush-to-zero
+ * outputs (tests/CMakeLists.txt), built several ways from this file:
  *
  *   ASSUME_DENSE          indexes x, weight and bias as dense row-major, ignoring their strides
  *                         (a fault: candidate.h lets the host pass padded, offset or permuted
@@ -9,9 +9,15 @@
  *                         fail while the plugin does not declare it ...
  *   DECLARE_BATCH_ORDER   ... and pass once it declares NC_CAP_BATCH_DEPENDENT_ORDER (compared
  *                         within tolerance).
+ *   FLUSH_BELOW=v         returns 0 (with the sign) for every output value below v in magnitude:
+ *                         with v = FLT_MIN, flush-to-zero of subnormal outputs, which fails
+ *                         agreement while the plugin does not declare it ...
+ *   DECLARE_FLUSH         ... and passes once it declares NC_CAP_FLUSH_SUBNORMAL_OUTPUTS; with a
+ *                         larger v (normal values flushed too) it must fail even so.
  *
  * Otherwise conformance/examples/plugin/example_layernorm.c: float32 LayerNorm, last axis, forward.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,6 +41,14 @@ static int64_t col_stride(const nc_tensor* t) {
 #else
   return t->strides[t->rank - 1];
 #endif
+}
+
+/* The output value v as the plugin returns it. */
+static float out(float v) {
+#ifdef FLUSH_BELOW
+  if (fabsf(v) < (float)(FLUSH_BELOW)) return copysignf(0.0f, v);
+#endif
+  return v;
 }
 
 static int run(void* state, const nc_case* c, const nc_named_tensor* inputs, int32_t n_inputs,
@@ -77,10 +91,10 @@ static int run(void* state, const nc_case* c, const nc_named_tensor* inputs, int
       float v = (xr[k * xs] - m) * rs;
       if (w) v *= ((const float*)w->data)[k * col_stride(w)];
       if (b) v += ((const float*)b->data)[k * col_stride(b)];
-      yr[k * ys] = v;
+      yr[k * ys] = out(v);
     }
-    ((float*)mean->data)[row_offset(mean, r)] = m;
-    ((float*)rstd->data)[row_offset(rstd, r)] = rs;
+    ((float*)mean->data)[row_offset(mean, r)] = out(m);
+    ((float*)rstd->data)[row_offset(rstd, r)] = out(rs);
   }
   for (d = 0; d < n_outputs; ++d) outputs[d].written = 1;
   return 0;
@@ -96,8 +110,10 @@ static const nc_candidate kCandidate = {
     .compute_dtypes = 1u << NC_FLOAT32,
     .directions = 1u << NC_FORWARD,
     .contracts = "exact",
-#ifdef DECLARE_BATCH_ORDER
+#if defined(DECLARE_BATCH_ORDER)
     .flags = NC_CAP_BATCH_DEPENDENT_ORDER,
+#elif defined(DECLARE_FLUSH)
+    .flags = NC_CAP_FLUSH_SUBNORMAL_OUTPUTS,
 #else
     .flags = 0u,
 #endif

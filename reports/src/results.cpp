@@ -175,6 +175,7 @@ Output output_of(const Field& f) {
   o.failed = f.integer("failed");
   o.mistrusted = f.integer("mistrusted");
   o.uncertified = f.integer("uncertified");
+  o.flushed = f.integer("flushed");
   o.max_ulp = f.num("max_ulp");
   o.max_abs = f.num("max_abs");
   o.max_rel = f.num("max_rel");
@@ -289,7 +290,12 @@ std::string Run::outcome() const {
   for (const auto& c : cases) checked += c.verdict != "UNSUPPORTED";
   for (const auto& p : properties) checked += p.verdict != "UNSUPPORTED";
   if (checked == 0) return "nothing checked (all unsupported)";
-  return mode == "prop" ? "properties hold" : "conforms";
+  std::int64_t flushed = 0;
+  for (const auto& c : cases)
+    for (const auto& o : c.outputs) flushed += o.flushed;
+  const std::string ok = mode == "prop" ? "properties hold" : "conforms";
+  if (flushed > 0) return fmt::format("{} ({} zero{} accepted as flushed subnormals)", ok, flushed, flushed == 1 ? "" : "s");
+  return ok;
 }
 
 bool Report::ok() const {

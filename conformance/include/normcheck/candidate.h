@@ -74,6 +74,13 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
  * bit. Without it the property tests hold the kernel to bit-identical rows (batch and layout
  * invariance). Added within ABI version 1: a plugin that does not set it is held to bit identity. */
 #define NC_CAP_BATCH_DEPENDENT_ORDER 0x10u
+/* The kernel may flush subnormal output values to zero (flush-to-zero arithmetic, or a conversion
+ * to the output dtype that flushes, such as AVX512-BF16's VCVTNEPS2BF16): an output element of
+ * +-0 is then accepted wherever the correctly rounded value may be a subnormal of the output
+ * dtype (within its allowance), and counted apart as flushed in the results. Without it such a
+ * zero FAILS like any other wrong value. Subnormal inputs are still read as the values they are
+ * (denormals-are-zero on inputs is not covered). Added within ABI version 1. */
+#define NC_CAP_FLUSH_SUBNORMAL_OUTPUTS 0x20u
 
 /* A strided host tensor. strides are in elements, non-negative, and need not be dense (the host
  * may pass padded, offset or permuted inputs: `normcheck prop`'s memory_layout_invariance passes

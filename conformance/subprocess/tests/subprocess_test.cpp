@@ -273,6 +273,18 @@ TEST(Codec, BatchDependentOrderCapability) {
   EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"batch_dependent_order", 1}}), proto::ProtocolError);
 }
 
+// NC_CAP_FLUSH_SUBNORMAL_OUTPUTS's protocol field, the same way: absent means false (zeros in place
+// of subnormal outputs fail), and it round-trips through an isolated plugin's worker.
+TEST(Codec, FlushSubnormalOutputsCapability) {
+  EXPECT_FALSE(proto::capabilities_from_json(nlohmann::json::object()).flush_subnormal_outputs);
+  Capabilities caps;
+  caps.flush_subnormal_outputs = true;
+  EXPECT_TRUE(proto::capabilities_from_json(proto::capabilities_json(caps)).flush_subnormal_outputs);
+  EXPECT_FALSE(proto::capabilities_from_json(proto::capabilities_json(Capabilities{})).flush_subnormal_outputs);
+  EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"flush_subnormal_outputs", "yes"}}),
+               proto::ProtocolError);
+}
+
 TEST(Oracle, HelloFillsInfo) {
   auto cand = serve_self();
   EXPECT_EQ(cand->info().name, "cmd:oracle");

@@ -33,6 +33,10 @@ struct Capabilities {
   // The reduction order may depend on the batch size and the inputs' memory layout (candidate.h
   // NC_CAP_BATCH_DEPENDENT_ORDER): batch and layout invariance then hold within tolerance only.
   bool batch_dependent_order = false;
+  // Subnormal output values may come back as zero (candidate.h NC_CAP_FLUSH_SUBNORMAL_OUTPUTS):
+  // the checker and the relations accept a zero within its allowance plus the output dtype's
+  // smallest normal, and count it apart (OutputResult::flushed).
+  bool flush_subnormal_outputs = false;
   std::string device = "cpu";
 };
 

@@ -51,6 +51,10 @@ struct OutputResult {
   std::int64_t failed = 0;       // elements beyond their allowance
   std::int64_t mistrusted = 0;   // elements not compared
   std::int64_t uncertified = 0;  // elements whose reference rounding was undecided (either neighbour)
+  // Zeros accepted only because the candidate declares flush-to-zero outputs (CheckOptions): the
+  // element would have failed, but its exact value is within allowance + the dtype's smallest
+  // normal of 0. Counted among `elements`, not among `failed`.
+  std::int64_t flushed = 0;
   double max_ulp = 0;            // largest error in ulps of the output dtype (at the exact value)
   double max_abs = 0;            // largest absolute error
   double max_rel = 0;            // largest relative error (elements with a non-zero exact value)
@@ -92,10 +96,28 @@ void describe_case(CaseResult& r, const fix::FixtureCase& fc);
 // number, an infinity where the value does not overflow).
 double element_error(double got, double exact, double expected, ref::DType t);
 
+// What the candidate declared that changes the comparison (Capabilities).
+struct CheckOptions {
+  // Capabilities::flush_subnormal_outputs: a +-0 output is accepted where its exact value lies
+  // within its allowance plus the output dtype's smallest normal of 0 (flush_slack).
+  bool flush_subnormal_outputs = false;
+};
+CheckOptions check_options_of(const Capabilities& caps);
+
+// The extra allowance of an output value `got` of dtype `t` from a candidate that may flush
+// subnormal outputs: the smallest normal of `t` (2^-126 for float32 and bfloat16, 2^-14 for
+// float16) when `got` is +-0, else 0. Sound: the candidate's unflushed value r is within the
+// allowance a of the exact value, and it flushes only |r| < smallest normal, so the exact value
+// is within a + smallest normal of the zero it returns.
+double flush_slack(double got, ref::DType t);
+// Adds flush_slack to the allowance of every zero element of `got` (outputs present in both),
+// for relations between outputs of a candidate that declares flush-to-zero outputs.
+void widen_for_flushed_zeros(std::map<std::string, OutputAllowance>& allow, const Outputs& got);
+
 // Compares `got` with `fc.expected` under `allow` (derive_allowances(fc.c)). Extra outputs are
 // ignored; a wrong shape or dtype FAILS that output; NaN where a finite value is expected (or
 // the reverse) fails the element.
 CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
-                      const std::map<std::string, OutputAllowance>& allow);
+                      const std::map<std::string, OutputAllowance>& allow, const CheckOptions& opt = {});
 
 }  // namespace normcheck::conf

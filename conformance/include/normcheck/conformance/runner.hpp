@@ -32,6 +32,9 @@ struct RunOptions {
   std::string fixtures;                 // path of the fixture file
   std::vector<std::string> case_globs;  // fnmatch patterns on case ids; empty: every case
   std::string outputs;                  // `check`: an outputs file instead of candidates
+  // `check`: the outputs file's producer flushes subnormal outputs to zero (the declaration a
+  // candidate makes with Capabilities::flush_subnormal_outputs; `check --flush-subnormal-outputs`).
+  bool outputs_flush_subnormals = false;
   int threads = 0;                      // candidates run concurrently (0: hardware threads)
   // Called after each checked case (from one thread at a time).
   std::function<void(const CandidateRun&, const CaseResult&)> on_case;

@@ -53,6 +53,7 @@ struct Rows {
 struct Output {
   std::string name, verdict, reason, dtype;
   std::int64_t elements = 0, failed = 0, mistrusted = 0, uncertified = 0;
+  std::int64_t flushed = 0;  // zeros accepted under a declared flush-to-zero (additive v1; 0 when absent)
   double max_ulp = 0, max_abs = 0, max_rel = 0, max_ratio = 0;
   std::optional<Worst> worst;
   int log2_min = -20;
