@@ -253,7 +253,9 @@ class Model {
         }
         continue;
       }
-      backward_row(row, m, scale, e_scale, out, dw, db, drb, col_nonfinite);
+      // A row whose backward sums may overflow counts as untrusted: its dh enters
+      // dresidual_bias, and the column sums are MISTRUSTED with it (dbias excepted, as above).
+      if (!backward_row(row, m, scale, e_scale, out, dw, db, drb, col_nonfinite, worst) && m.trusted) ++untrusted_rows;
     }
     if (!fwd) {
       auto column = [&](const char* name, const ColumnBound& cb) {
@@ -269,6 +271,7 @@ class Model {
             it->second.nan_ok[static_cast<std::size_t>(j)] = 1;
           }
           else if (untrusted_rows > 0 && std::string_view(name) != "dbias") a = kNaN;
+          else if (column_overflows(cb, static_cast<std::size_t>(j), R, worst)) a = kNaN;
           else a = column_allowance(cb, static_cast<std::size_t>(j), R);
         }
       };
@@ -296,6 +299,7 @@ class Model {
     std::map<std::string, OutputAllowance> out = empty_allowances();
     std::int64_t untrusted_rows = 0;
     Worst worst;
+    bool back_overflow = false;  // a backward sum of the current row may overflow (section 5)
     // Scales of every norm (offset + weight) and their errors.
     std::vector<double> scale(static_cast<std::size_t>(L * K * D), 1.0), e_scale(scale.size(), 0.0);
     for (std::size_t p = 0; w_ && p < scale.size(); ++p) {
@@ -410,6 +414,10 @@ class Model {
         }
         ga[i] = acc;
         e_ga[i] = e + cp_.gam(static_cast<double>(D)) * abs_sum + static_cast<double>(D) * cp_.eta;
+        if (overflows(abs_sum + e_ga[i], D)) {
+          back_overflow = true;
+          worst.see_overflow(abs_sum + e_ga[i], D);
+        }
         // gz = ga * act'(z): relu' is 0 or 1, unless the candidate's z may have the other sign;
         // GELU' is within [-0.17, 1.13] and 0.8-Lipschitz (max |GELU''| = 2 phi(0) ~ 0.798).
         const double zi = s.z[i], e_zi = s.e_z[i];
@@ -445,12 +453,18 @@ class Model {
         }
         gin[j] = acc;
         e_gin[j] = e + cp_.gam(static_cast<double>(F)) * abs_sum + static_cast<double>(F) * cp_.eta;
+        if (overflows(abs_sum + e_gin[j], F)) {
+          back_overflow = true;
+          worst.see_overflow(abs_sum + e_gin[j], F);
+        }
       }
     };
     auto norm_back_layer = [&](std::int64_t l, std::int64_t k, const RowModel& m, const std::vector<double>& g,
                                const std::vector<double>& e_g, std::vector<double>& gh, std::vector<double>& e_gh) {
       const std::size_t p = static_cast<std::size_t>((l * K + k) * D);
-      norm_back(m, w_ ? &scale[p] : nullptr, &e_scale[p], g, e_g, gh, e_gh, w_ ? &dw : nullptr, b_ ? &db : nullptr, p);
+      if (norm_back(m, w_ ? &scale[p] : nullptr, &e_scale[p], g, e_g, gh, e_gh, w_ ? &dw : nullptr, b_ ? &db : nullptr,
+                    p, worst))
+        back_overflow = true;
     };
 
     std::vector<double> v(D), e_v(D), o, e_o, g, e_g, t1, e_t1, t2, e_t2;
@@ -461,6 +475,7 @@ class Model {
         e_v[j] = cp_.conv(v[j], c_.dtype_x);
       }
       bool trusted = true;
+      back_overflow = false;
       ffn_overflow = false;
       for (std::int64_t l = 0; l < L; ++l) {
         LayerState& s = st[static_cast<std::size_t>(l)];
@@ -562,6 +577,10 @@ class Model {
           case ref::Block::none: break;
         }
       }
+      if (trusted && back_overflow) {  // a backward sum may overflow: MISTRUSTED, as in the forward
+        trusted = false;
+        ++untrusted_rows;
+      }
       auto& dx = out.at("dx");
       for (std::int64_t j = 0; j < D; ++j)
         dx.abs[static_cast<std::size_t>(base + j)] = trusted ? final_allowance(g[j], e_g[j], c_.dtype_x) : kNaN;
@@ -571,7 +590,8 @@ class Model {
         auto it = out.find(name);
         if (it == out.end()) return;
         for (std::size_t k = 0; k < it->second.abs.size(); ++k)
-          it->second.abs[k] = untrusted_rows > 0 ? kNaN : column_allowance(cb, k, R);
+          it->second.abs[k] =
+              untrusted_rows > 0 || column_overflows(cb, k, R, worst) ? kNaN : column_allowance(cb, k, R);
       };
       column("dweight", dw);
       column("dbias", db);
@@ -634,6 +654,16 @@ class Model {
       out[name].nan_ok.assign(static_cast<std::size_t>(numel), 0);
     }
     return out;
+  }
+
+  // Section 5 for a column sum over R rows: true (and `worst` told) when its |terms| and their
+  // errors reach the compute dtype's largest finite value (a correct kernel's accumulator, in
+  // any order, may then overflow).
+  bool column_overflows(const ColumnBound& cb, std::size_t k, std::int64_t R, Worst& worst) const {
+    const double acc = cb.abs[k] + cb.err[k];
+    if (!overflows(acc, R)) return false;
+    worst.see_overflow(acc, R);
+    return true;
   }
 
   // Section 4: a column sum over R rows, from its rows' |terms| and propagated errors.
@@ -817,9 +847,18 @@ class Model {
   // Section 4 for one row: the upstream gradient dy (errors e_dy) through the norm whose row
   // model is m and whose scale is scale (errors e_scale; nullptr: no weight): dh and its
   // errors, and the row's terms of dweight (sum dy x-hat) and dbias (sum dy).
-  void norm_back(const RowModel& m, const double* scale, const double* e_scale, const std::vector<double>& dy,
+  // Section 5 for it: returns true, and tells `worst`, when a sum or product of the row's
+  // backward (g = dy scale, sum g, sum g x-hat, K = g - gbar - x-hat m2) may overflow the compute
+  // dtype in a correct kernel: its dx is then MISTRUSTED.
+  bool norm_back(const RowModel& m, const double* scale, const double* e_scale, const std::vector<double>& dy,
                  const std::vector<double>& e_dy, std::vector<double>& dh, std::vector<double>& e_dh, ColumnBound* dw,
-                 ColumnBound* db, std::size_t col0) const {
+                 ColumnBound* db, std::size_t col0, Worst& worst) const {
+    bool overflow = false;
+    const auto see = [&](double acc, std::int64_t terms) {
+      if (!overflows(acc, terms)) return;
+      overflow = true;
+      worst.see_overflow(acc, terms);
+    };
     const auto n = static_cast<std::int64_t>(dy.size());
     const double nd = static_cast<double>(n);
     const bool ln = c_.op == ref::Op::layernorm;
@@ -835,6 +874,7 @@ class Model {
       s_gx += gv[j] * m.xhat[j];
       s_abs_gx += std::fabs(gv[j] * m.xhat[j]);
       s_e_gx += std::fabs(gv[j]) * m.e_xhat[j] + std::fabs(m.xhat[j]) * e_g[j] + e_g[j] * m.e_xhat[j];
+      see(std::fabs(gv[j]) + e_g[j], 1);
       const std::size_t c = col0 + static_cast<std::size_t>(j);
       if (dw) {
         dw->abs[c] += std::fabs(dy[j] * m.xhat[j]);
@@ -846,6 +886,8 @@ class Model {
         db->err[c] += e_dy[j];
       }
     }
+    if (ln) see(s_abs_g + s_eg, n);
+    see(s_abs_gx + s_e_gx, n);
     const double gbar = ln ? s_g / nd : 0.0;
     const double e_gbar = ln ? s_eg / nd + cp_.gam(nd + 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
     const double m2 = s_gx / nd;
@@ -857,15 +899,18 @@ class Model {
       const double K = gv[j] - gbar - xh * m2;
       const double e_K = e_g[j] + e_gbar + std::fabs(xh) * e_m2 + e_xh * std::fabs(m2) + e_xh * e_m2 +
                          cp_.gam(3) * (std::fabs(gv[j]) + std::fabs(gbar) + std::fabs(xh * m2));
+      see(std::fabs(gv[j]) + std::fabs(gbar) + std::fabs(xh * m2) + e_K, 3);
       dh[j] = m.rstd * K;
       e_dh[j] = m.rstd * e_K * (1 + m.e_rstd_rel) + std::fabs(dh[j]) * m.e_rstd_rel + cp_.u * std::fabs(dh[j]);
     }
+    return overflow;
   }
 
-  // Section 4: the backward pass of one row, and its contributions to the column sums.
-  void backward_row(std::int64_t row, const RowModel& m, const std::vector<double>& scale,
+  // Section 4: the backward pass of one row, and its contributions to the column sums. Returns
+  // false when a sum of it may overflow the compute dtype (its dx MISTRUSTED, section 5).
+  bool backward_row(std::int64_t row, const RowModel& m, const std::vector<double>& scale,
                     const std::vector<double>& e_scale, std::map<std::string, OutputAllowance>& out, ColumnBound& dw,
-                    ColumnBound& db, ColumnBound& drb, std::vector<std::uint8_t>& col_nonfinite) const {
+                    ColumnBound& db, ColumnBound& drb, std::vector<std::uint8_t>& col_nonfinite, Worst& worst) const {
     const std::int64_t n = g_.cols;
     const std::int64_t base = g_.row_base[row];
     auto& dx = out.at("dx");
@@ -884,17 +929,17 @@ class Model {
         }
         col_nonfinite[j] = 1;
       }
-      return;
+      return true;
     }
     std::vector<double> dy(n), e_dy(n), dh, e_dh;
     for (std::int64_t j = 0; j < n; ++j) {
       dy[j] = value(dy_, base + g_.col_delta[j]);
       e_dy[j] = cp_.conv(dy[j], c_.dtype_out);
     }
-    norm_back(m, w_ ? scale.data() : nullptr, e_scale.data(), dy, e_dy, dh, e_dh, &dw, &db, 0);
+    const bool overflow = norm_back(m, w_ ? scale.data() : nullptr, e_scale.data(), dy, e_dy, dh, e_dh, &dw, &db, 0, worst);
     for (std::int64_t j = 0; j < n; ++j) {
       const std::size_t k = static_cast<std::size_t>(base + g_.col_delta[j]);
-      if (!m.trusted) {
+      if (!m.trusted || overflow) {
         dx.abs[k] = kNaN;
         if (dres) dres->abs[k] = kNaN;
         continue;
@@ -906,6 +951,7 @@ class Model {
       drb.abs[j] += std::fabs(dh[j]);
       drb.err[j] += e_dh[j];
     }
+    return !overflow;
   }
 
   const ref::Case& c_;
