@@ -70,6 +70,19 @@ TEST(Reader, MutantMustBeRejected) {
   EXPECT_EQ(missed.outcome(), "NOT REJECTED");
 }
 
+// Zeros accepted under a declared flush-to-zero (additive v1 field `flushed`): counted, and said
+// in the outcome; a file without the field reads as 0.
+TEST(Reader, FlushedZerosAreCountedAndNamedInTheOutcome) {
+  const std::string flushed = R"({"case_id": "f", "verdict": "PASSED", "outputs": [{"name": "y", "verdict": "PASSED",
+    "flushed": 3, "max_ratio": 0.9}, {"name": "rstd", "verdict": "PASSED", "flushed": 1}]})";
+  const nr::Run r = nr::parse_results(results("plugin:k.so", "external", kPassed + "," + flushed, 2, 0), "r.json");
+  ASSERT_EQ(r.cases.size(), 2u);
+  EXPECT_EQ(r.cases[0].outputs[0].flushed, 0);
+  EXPECT_EQ(r.cases[1].outputs[0].flushed, 3);
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.outcome(), "conforms (4 zeros accepted as flushed subnormals)");
+}
+
 TEST(Reader, ErrorsNameTheFileAndTheField) {
   EXPECT_NE(error_of("{\"format\": \"normcheck-results\", \"format_ver").find("r.json: not a results file: invalid or truncated JSON"),
             std::string::npos);
