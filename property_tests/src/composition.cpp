@@ -109,7 +109,7 @@ ref::Case plain_norm(const ref::Case& c, std::int64_t k, ref::Tensor x) {
 
 // A block case, one layer, forward (the generator draws its FFN and norms).
 DrawnCase draw_block(Context& ctx, std::vector<ref::Block> kinds) {
-  RC_PRE(ctx.cand.info().caps.blocks);
+  if (!ctx.cand.info().caps.blocks) RC_DISCARD("the candidate has no blocks");
   CaseLimits lim = ctx.limits;
   lim.blocks_required = true;
   lim.block_kinds = std::move(kinds);

@@ -137,7 +137,7 @@ void shift_invariance(Context& ctx) {
   const double q = conf::ulp_of(top, t);
   quantize(x, q);
   c = std::nearbyint(c / q) * q;
-  RC_PRE(c != 0);
+  if (c == 0) RC_DISCARD("the shift is 0");
   ref::Case shifted = d.c;
   for (double& v : shifted.inputs.at("x").data) v += c;  // exact: multiples of q below top
   const Side l = run_side(ctx, d.c, d.family, "x");
@@ -195,7 +195,7 @@ void permutation_equivariance(Context& ctx) {
   auto d = draw_case(ctx.cand.info().caps, lim);
   const auto g = ref::geometry_of(d.c);
   const std::int64_t H = g.cols;
-  RC_PRE(H >= 2);
+  if (H < 2) RC_DISCARD("rows of one element (two or more needed)");
   std::vector<std::int64_t> perm(static_cast<std::size_t>(H));
   const int kind = static_cast<int>(draw_index(3));
   const auto rot = 1 + static_cast<std::int64_t>(draw_index(static_cast<std::size_t>(H - 1)));
@@ -311,7 +311,7 @@ void fused_residual(Context& ctx) {
   auto d = draw_case(ctx.cand.info().caps, lim);
   ref::Case& c = d.c;
   const double alpha = c.alpha;
-  RC_PRE(alpha == 1 || alpha == 2 || alpha == 0.5);
+  if (!(alpha == 1 || alpha == 2 || alpha == 0.5)) RC_DISCARD("alpha is not 1, 2 or 1/2");
   double m = std::fabs(alpha) * max_abs(c.inputs.at("x")) + max_abs(c.inputs.at("residual"));
   if (c.inputs.count("residual_bias")) m += max_abs(c.inputs.at("residual_bias"));
   const double top = 4 * std::max(m, 1.0);

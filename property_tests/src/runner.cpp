@@ -92,12 +92,27 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
   // The last case's outcome: a replayed case (--reproduce) that no longer fails comes back from
   // RapidCheck as an error with no case result, so it is kept here.
   std::optional<rc::detail::CaseResult> outcome;
+  // A property that no drawn case fits (the candidate declines every one, or none is of the kind
+  // the property needs) gives up once kBarrenDraws draws in a row have been discarded before any
+  // test passed: RapidCheck alone would draw maxDiscardRatio x tests (500000 at --tests 10000),
+  // each a round trip to a subprocess candidate. The draws after that are discarded at once, so
+  // the outcome is RapidCheck's "gave up", as with fewer tests. kBarrenDraws is what --tests 100
+  // allows, so a property gives up the same way whatever --tests says.
+  constexpr int kBarrenDraws = 5000;
+  int passed = 0, discarded = 0, discarded_all = 0;
+  std::optional<rc::detail::CaseResult> barren;
   const auto property = rc::detail::toProperty([&] {
+    if (barren) throw *barren;
     try {
       p.test(ctx);
+      ++passed;
       outcome = rc::detail::CaseResult(rc::detail::CaseResult::Type::Success, "");
     } catch (const rc::detail::CaseResult& c) {
       outcome = c;
+      if (c.type == rc::detail::CaseResult::Type::Discard) ++discarded_all;
+      if (c.type == rc::detail::CaseResult::Type::Discard && passed == 0 && ++discarded >= kBarrenDraws &&
+          opt.reproduce.empty())
+        barren = c;
       throw;
     } catch (...) {
       outcome = rc::detail::CaseResult(rc::detail::CaseResult::Type::Failure, "exception");
@@ -127,8 +142,9 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
     // RapidCheck's description is "FILE:LINE:\n<the last discard's message>": keep the message.
     std::string why = gave_up.description;
     if (const auto nl = why.find_last_of('\n'); nl != std::string::npos) why = why.substr(nl + 1);
-    r.message = fmt::format("gave up after {} tests: the drawn cases were declined or did not apply (last: {})",
-                            gave_up.numSuccess, why);
+    r.message = fmt::format(
+        "gave up after {} tests and {} discarded draws: the drawn cases were declined or did not apply (last: {})",
+        gave_up.numSuccess, discarded_all, why);
   } else if (result.match(error) && !opt.reproduce.empty() && outcome &&
              outcome->type != rc::detail::CaseResult::Type::Failure) {
     if (outcome->type == rc::detail::CaseResult::Type::Success) {
