@@ -128,8 +128,11 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     ++summary[r.verdict];
     const std::string reproduce_cmd =
         r.reproduce.empty() ? std::string() : base_command(p->name) + " --reproduce " + quote(r.reproduce);
-    fmt::print("{:<11} {:<20} {} tests, {:.1f} s{}\n", prop::name_of(r.verdict), r.name, r.tests, r.seconds,
-               r.shrinks ? fmt::format(", shrunk in {} steps", r.shrinks) : std::string());
+    fmt::print("{:<11} {:<20} {} tests, {:.1f} s{}{}\n", prop::name_of(r.verdict), r.name, r.tests, r.seconds,
+               r.shrinks ? fmt::format(", shrunk in {} steps", r.shrinks) : std::string(),
+               r.flushed_tests ? fmt::format(" ({} zeros accepted as flushed subnormals, in {} tests)",
+                                             r.flushed_elements, r.flushed_tests)
+                               : std::string());
     Json jp;
     jp["name"] = r.name;
     jp["description"] = r.description;
@@ -198,6 +201,10 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     }
     jp["shrinks"] = r.shrinks;
     jp["seconds"] = r.seconds;
+    if (r.flushed_tests) {
+      jp["flushed_tests"] = r.flushed_tests;
+      jp["flushed"] = r.flushed_elements;
+    }
     props.push_back(std::move(jp));
     std::fflush(stdout);
   }

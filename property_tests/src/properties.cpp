@@ -130,6 +130,12 @@ void agreement(Context& ctx) {
   const conf::Outputs got = run_candidate(ctx, d.c, d.family);
   const auto res = agreement_of(ctx, d.c, got);
   if (conf::is_failure(res.verdict)) fail(ctx, d.c, d.family, conf::describe(res), res, false);
+  std::int64_t flushed = 0;
+  for (const auto& o : res.outputs) flushed += o.flushed;
+  if (flushed > 0 && ctx.flushed_tests && ctx.flushed_elements) {
+    ++*ctx.flushed_tests;
+    *ctx.flushed_elements += flushed;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

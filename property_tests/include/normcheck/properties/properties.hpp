@@ -43,6 +43,10 @@ struct Context {
   conf::Candidate& cand;
   CaseLimits limits;
   std::optional<Failure>* last_failure;  // set by a failing test just before it throws
+  // Zeros accepted because the candidate declares flush-to-zero outputs (agreement): tests and
+  // elements where a zero would otherwise have failed. Null: not counted.
+  std::int64_t* flushed_tests = nullptr;
+  std::int64_t* flushed_elements = nullptr;
 };
 
 struct Property {
@@ -75,6 +79,9 @@ struct PropertyResult {
   std::string message;    // failure, give-up or crash reason
   std::optional<Failure> failure;  // the shrunk counterexample
   double seconds = 0;
+  // Tests (and elements) that passed only because the candidate declares flush-to-zero outputs
+  // (conf::CheckOptions): counted by `agreement`, which compares with the reference.
+  std::int64_t flushed_tests = 0, flushed_elements = 0;
 };
 
 PropertyResult run_property(const Property& p, conf::Candidate& cand, const Options& opt);
