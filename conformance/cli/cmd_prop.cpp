@@ -130,8 +130,9 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
         r.reproduce.empty() ? std::string() : base_command(p->name) + " --reproduce " + quote(r.reproduce);
     fmt::print("{:<11} {:<20} {} tests, {:.1f} s{}{}\n", prop::name_of(r.verdict), r.name, r.tests, r.seconds,
                r.shrinks ? fmt::format(", shrunk in {} steps", r.shrinks) : std::string(),
-               r.flushed_tests ? fmt::format(" ({} zeros accepted as flushed subnormals, in {} tests)",
-                                             r.flushed_elements, r.flushed_tests)
+               r.flushed_tests ? fmt::format(" ({} zero{} accepted as flushed subnormals, in {} test{})",
+                                             r.flushed_elements, r.flushed_elements == 1 ? "" : "s", r.flushed_tests,
+                                             r.flushed_tests == 1 ? "" : "s")
                                : std::string());
     Json jp;
     jp["name"] = r.name;

@@ -103,6 +103,9 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
   std::optional<rc::detail::CaseResult> barren;
   const auto property = rc::detail::toProperty([&] {
     if (barren) throw *barren;
+    // A replay (--reproduce) runs the case again along its shrink path; the counts are those of
+    // the last run, the replayed case.
+    if (!opt.reproduce.empty()) r.flushed_tests = r.flushed_elements = 0;
     try {
       p.test(ctx);
       ++passed;
