@@ -1,4 +1,5 @@
-// Residual blocks against their unfused compositions (property `block_composition`, README.md).
+// Residual blocks against their unfused compositions (properties `block_composition` and
+// `block_backward_composition`, README.md).
 //
 // The plugin ABI (and the other transports) run whole cases: a norm, a norm with a fused residual
 // add, or a whole block. The FFN is not an op a candidate exposes, so a block is composed from the
@@ -17,6 +18,8 @@
 //   c +- a with as many of each (LayerNorm), a a power of two, eps 0: x-hat = +-1, so Norm0(x) =
 //   +-scale + bias is known exactly; with the parameters on grids F of it is exact too, and the
 //   candidate's plain Norm1 of that F gives n1: |y_block - (x + n1)| <= a_block + a_n1.
+// - post / deepnorm backward, the grids of the forward: the gradients against the candidate's plain
+//   norm backward at h (dh, dweight, dbias) composed with F's backward (post_deepnorm_backward).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -107,13 +110,13 @@ ref::Case plain_norm(const ref::Case& c, std::int64_t k, ref::Tensor x) {
   return n;
 }
 
-// A block case, one layer, forward (the generator draws its FFN and norms).
-DrawnCase draw_block(Context& ctx, std::vector<ref::Block> kinds) {
+// A block case, one layer, forward or backward (the generator draws its FFN, norms and dy).
+DrawnCase draw_block(Context& ctx, std::vector<ref::Block> kinds, ref::Direction dir = ref::Direction::forward) {
   if (!ctx.cand.info().caps.blocks) RC_DISCARD("the candidate has no blocks");
   CaseLimits lim = ctx.limits;
   lim.blocks_required = true;
   lim.block_kinds = std::move(kinds);
-  lim.directions = {ref::Direction::forward};
+  lim.directions = {dir};
   auto d = draw_case(ctx.cand.info().caps, lim);
   keep_first_layer(d.c);
   return d;
@@ -221,9 +224,12 @@ void ffn_of(const ref::Case& c, const double* v, const double* e_v, std::int64_t
   }
 }
 
-// post / deepnorm on exact grids: the block's y against Norm0(h) and the fused add of F(x).
-void post_deepnorm(Context& ctx) {
-  auto d = draw_block(ctx, {ref::Block::post, ref::Block::deepnorm});
+void post_deepnorm_backward(Context& ctx, const DrawnCase& d, const ref::Tensor& h, double alpha);
+
+// post / deepnorm on exact grids: the block's y against Norm0(h) and the fused add of F(x); or,
+// backward, its gradients against the plain norm's backward at h composed with F's backward.
+void post_deepnorm(Context& ctx, ref::Direction dir) {
+  auto d = draw_block(ctx, {ref::Block::post, ref::Block::deepnorm}, dir);
   ref::Case& c = d.c;
   c.activation = ref::Activation::relu;
   const DType ct = c.dtype_compute;
@@ -277,6 +283,7 @@ void post_deepnorm(Context& ctx) {
         RC_DISCARD("F(x) or h is not a value of dtype_x");
     }
   }
+  if (dir == ref::Direction::backward) return post_deepnorm_backward(ctx, d, h, alpha);
   auto block = run_y(ctx, c, d.family);
   if (!block) RC_DISCARD("the candidate declines the block");
   bool composed_any = false;
@@ -405,13 +412,180 @@ void sandwich(Context& ctx) {
   compare(ctx, *block, &*n1, d.family, composed, slack, "x + n1, n1 the candidate's plain Norm1(F(Norm0 x))");
 }
 
+// post / deepnorm backward (the grids of post_deepnorm: x, W1, b1, W2, b2 such that z = W1 x + b1,
+// F(x) and h = alpha x + F(x) are exact). The exact gradients are those of Norm0 at h with the
+// same dy: dh, dweight, dbias; then dx = alpha dh + W1^T (relu'(z) . W2^T dh), dffn_b2 = sum dh,
+// dffn_w2 = sum dh a^T (a = relu(z), exact), dffn_b1 = sum g_z, dffn_w1 = sum g_z x^T over the rows
+// (g_z = relu'(z) . W2^T dh). The candidate's plain norm backward at x := h gives dh within its
+// allowance a_dh (and dweight, dbias within theirs); the rest is evaluated here in long double
+// from it, with the bound that a_dh propagates through these linear maps, and compared with the
+// block's outputs within their allowances plus that bound (plus our own evaluation error, a
+// binary64-sized bound). Where z = 0, relu'(z) may be taken as 0 or 1: both are allowed.
+void post_deepnorm_backward(Context& ctx, const DrawnCase& d, const ref::Tensor& h, double alpha) {
+  const ref::Case& c = d.c;
+  if (ctx.cand.declines(c)) RC_DISCARD("the candidate declines the block");
+  ref::Case pc = plain_norm(c, 0, h);
+  pc.direction = ref::Direction::backward;
+  pc.inputs["dy"] = c.inputs.at("dy");
+  if (ctx.cand.declines(pc)) RC_DISCARD("the candidate declines the plain norm's backward");
+  Run block, plain;
+  block.got = run_candidate(ctx, c, d.family);
+  block.c = c;
+  plain.got = run_candidate(ctx, pc, d.family);
+  plain.c = pc;
+  const auto allow_b = allowances_of(ctx, c, block.got), allow_p = allowances_of(ctx, pc, plain.got);
+  const auto g = ref::geometry_of(c);
+  const std::int64_t R = g.rows, D = g.cols;
+  const auto& x = c.inputs.at("x").data;
+  const auto& w1 = c.inputs.at("ffn_w1").data;
+  const auto& b1 = c.inputs.at("ffn_b1").data;
+  const auto& w2 = c.inputs.at("ffn_w2").data;
+  const auto F = static_cast<std::int64_t>(b1.size());
+
+  // An output of the block against `composed` (slack NaN: not compared).
+  auto check = [&](const std::string& name, const std::vector<long double>& composed, const std::vector<double>& slack,
+                   const std::string& what) {
+    const auto it = allow_b.find(name);
+    if (it == allow_b.end()) return;
+    const ref::Tensor& tb = output_of(ctx, c, d.family, block.got, name, static_cast<std::int64_t>(composed.size()));
+    for (std::size_t i = 0; i < composed.size(); ++i) {
+      if (std::isnan(slack[i])) continue;
+      const double v = static_cast<double>(composed[i]);
+      if (auto why = within(tb.data[i], it->second.abs[i], v, slack[i], it->second.nan_ok[i] != 0))
+        fail_composition(ctx, block, &plain, d.family,
+                         fmt::format("{} block backward against {}: {} element {}: {} in the block, {} composed: {}",
+                                     ref::name_of(c.block), what, name, i, value_text(tb.data[i], tb.dtype),
+                                     ref::hex_text(v), *why));
+    }
+  };
+  // dweight and dbias: the plain norm's at h have the same exact values.
+  for (const char* name : {"dweight", "dbias"}) {
+    const auto ip = allow_p.find(name);
+    if (ip == allow_p.end() || !allow_b.count(name)) continue;
+    const auto n = static_cast<std::int64_t>(ip->second.abs.size());
+    const ref::Tensor& tp = output_of(ctx, pc, d.family, plain.got, name, n);
+    check(name, std::vector<long double>(tp.data.begin(), tp.data.end()), ip->second.abs,
+          std::string("the plain norm's ") + name + " at h");
+  }
+
+  const ref::Tensor& dh = output_of(ctx, pc, d.family, plain.got, "dx", R * D);
+  const auto& a_dh = allow_p.at("dx").abs;
+  const bool params = allow_b.count("dffn_w1") != 0;
+  std::vector<long double> dx(static_cast<std::size_t>(R * D)), gw1, gb1, gw2, gb2;
+  std::vector<double> s_dx(dx.size(), 0.0), s_w1, s_b1, s_w2, s_b2, m_w1, m_b1, m_w2, m_b2;
+  if (params) {
+    gw1.assign(static_cast<std::size_t>(F * D), 0.0L);
+    gb1.assign(static_cast<std::size_t>(F), 0.0L);
+    gw2.assign(static_cast<std::size_t>(D * F), 0.0L);
+    gb2.assign(static_cast<std::size_t>(D), 0.0L);
+    s_w1 = m_w1 = std::vector<double>(gw1.size(), 0.0);
+    s_b1 = m_b1 = std::vector<double>(gb1.size(), 0.0);
+    s_w2 = m_w2 = std::vector<double>(gw2.size(), 0.0);
+    s_b2 = m_b2 = std::vector<double>(gb2.size(), 0.0);
+  }
+  const double eval = std::ldexp(static_cast<double>(4 * (D + F + R) + 8), -60);
+  std::vector<long double> gz(static_cast<std::size_t>(F));
+  std::vector<double> sgz(static_cast<std::size_t>(F)), mgz(static_cast<std::size_t>(F)), a(static_cast<std::size_t>(F));
+  bool params_ok = true;
+  for (std::int64_t r = 0; r < R; ++r) {
+    const std::size_t base = static_cast<std::size_t>(r * D);
+    bool row_ok = true;
+    for (std::int64_t j = 0; j < D; ++j)
+      if (std::isnan(a_dh[base + j]) || !std::isfinite(a_dh[base + j]) || !std::isfinite(dh.data[base + j]))
+        row_ok = false;
+    if (!row_ok) {  // the plain norm's dh is MISTRUSTED or not finite here: nothing to compose
+      std::fill(s_dx.begin() + static_cast<std::ptrdiff_t>(base), s_dx.begin() + static_cast<std::ptrdiff_t>(base + D),
+                std::nan(""));
+      params_ok = false;
+      continue;
+    }
+    for (std::int64_t i = 0; i < F; ++i) {
+      double z = b1[static_cast<std::size_t>(i)];  // exact: the grids of post_deepnorm
+      for (std::int64_t k = 0; k < D; ++k) z += w1[static_cast<std::size_t>(i * D + k)] * x[base + k];
+      a[static_cast<std::size_t>(i)] = std::max(z, 0.0);
+      long double ga = 0;
+      double pa = 0, ma = 0;
+      for (std::int64_t j = 0; j < D; ++j) {
+        const double w = w2[static_cast<std::size_t>(j * F + i)];
+        ga += static_cast<long double>(w) * dh.data[base + j];
+        pa += std::fabs(w) * a_dh[base + j];
+        ma += std::fabs(w * dh.data[base + j]);
+      }
+      const auto ui = static_cast<std::size_t>(i);
+      if (z > 0) {
+        gz[ui] = ga;
+        sgz[ui] = pa + eval * ma;
+      } else if (z < 0) {
+        gz[ui] = 0;
+        sgz[ui] = 0;
+      } else {  // relu'(0): 0 or 1
+        gz[ui] = ga / 2;
+        sgz[ui] = std::fabs(static_cast<double>(ga)) / 2 + pa + eval * ma;
+      }
+      mgz[ui] = ma;
+    }
+    for (std::int64_t j = 0; j < D; ++j) {
+      long double v = static_cast<long double>(alpha) * dh.data[base + j];
+      double sl = std::fabs(alpha) * a_dh[base + j], mag = std::fabs(alpha * dh.data[base + j]);
+      for (std::int64_t i = 0; i < F; ++i) {
+        const double w = w1[static_cast<std::size_t>(i * D + j)];
+        v += w * gz[static_cast<std::size_t>(i)];
+        sl += std::fabs(w) * sgz[static_cast<std::size_t>(i)];
+        mag += std::fabs(w) * mgz[static_cast<std::size_t>(i)];
+      }
+      dx[base + j] = v;
+      s_dx[base + j] = sl + eval * mag;
+    }
+    if (!params) continue;
+    for (std::int64_t j = 0; j < D; ++j) {
+      const double dv = dh.data[base + j], ad = a_dh[base + j];
+      gb2[static_cast<std::size_t>(j)] += dv;
+      s_b2[static_cast<std::size_t>(j)] += ad;
+      m_b2[static_cast<std::size_t>(j)] += std::fabs(dv);
+      for (std::int64_t i = 0; i < F; ++i) {
+        const auto k = static_cast<std::size_t>(j * F + i);
+        gw2[k] += static_cast<long double>(dv) * a[static_cast<std::size_t>(i)];
+        s_w2[k] += ad * a[static_cast<std::size_t>(i)];
+        m_w2[k] += std::fabs(dv * a[static_cast<std::size_t>(i)]);
+      }
+    }
+    for (std::int64_t i = 0; i < F; ++i) {
+      const auto ui = static_cast<std::size_t>(i);
+      gb1[ui] += gz[ui];
+      s_b1[ui] += sgz[ui];
+      m_b1[ui] += std::fabs(static_cast<double>(gz[ui])) + mgz[ui];
+      for (std::int64_t k = 0; k < D; ++k) {
+        const auto q = static_cast<std::size_t>(i * D + k);
+        gw1[q] += gz[ui] * x[base + k];
+        s_w1[q] += sgz[ui] * std::fabs(x[base + k]);
+        m_w1[q] += (std::fabs(static_cast<double>(gz[ui])) + mgz[ui]) * std::fabs(x[base + k]);
+      }
+    }
+  }
+  check("dx", dx, s_dx, "alpha dh + W1^T (relu'(z) . W2^T dh), dh the plain norm's backward at h");
+  if (!params) return;
+  auto finish = [&](std::vector<double>& sl, const std::vector<double>& mag) {
+    for (std::size_t i = 0; i < sl.size(); ++i) sl[i] = params_ok ? sl[i] + eval * mag[i] : std::nan("");
+  };
+  finish(s_w1, m_w1);
+  finish(s_b1, m_b1);
+  finish(s_w2, m_w2);
+  finish(s_b2, m_b2);
+  check("dffn_b2", gb2, s_b2, "the row sums of dh");
+  check("dffn_w2", gw2, s_w2, "the row sums of dh a^T");
+  check("dffn_b1", gb1, s_b1, "the row sums of relu'(z) . W2^T dh");
+  check("dffn_w1", gw1, s_w1, "the row sums of (relu'(z) . W2^T dh) x^T");
+}
+
 void block_composition(Context& ctx) {
   switch (draw_index(3)) {
-    case 0: post_deepnorm(ctx); break;
+    case 0: post_deepnorm(ctx, ref::Direction::forward); break;
     case 1: pre(ctx); break;
     default: sandwich(ctx); break;
   }
 }
+
+void block_backward_composition(Context& ctx) { post_deepnorm(ctx, ref::Direction::backward); }
 
 }  // namespace
 
@@ -421,6 +595,10 @@ std::vector<Property> composition_properties() {
        "blocks (post, deepnorm, pre, sandwich; one layer) agree with the candidate's own unfused norm and fused add "
        "composed with the FFN, within tolerance",
        block_composition},
+      {"block_backward_composition",
+       "post and deepnorm blocks backward (one layer) agree with the candidate's own plain norm backward at h "
+       "composed with the FFN's backward, within tolerance",
+       block_backward_composition},
   };
 }
 
