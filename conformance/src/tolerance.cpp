@@ -271,7 +271,8 @@ class Model {
             it->second.nan_ok[static_cast<std::size_t>(j)] = 1;
           }
           else if (untrusted_rows > 0 && std::string_view(name) != "dbias") a = kNaN;
-          else if (column_overflows(cb, static_cast<std::size_t>(j), R, worst)) a = kNaN;
+          else if (may_overflow(cb.abs[static_cast<std::size_t>(j)] + cb.err[static_cast<std::size_t>(j)], R, worst))
+            a = kNaN;
           else a = column_allowance(cb, static_cast<std::size_t>(j), R);
         }
       };
@@ -350,10 +351,7 @@ class Model {
       val = acc;
       err = e + cp_.gam(static_cast<double>(n + 1)) * abs_sum + static_cast<double>(n + 1) * cp_.eta;
       mag = abs_sum;
-      if (overflows(abs_sum + err, n)) {
-        ffn_overflow = true;
-        worst.see_overflow(abs_sum + err, n);
-      }
+      if (may_overflow(abs_sum + err, n, worst)) ffn_overflow = true;
     };
     std::vector<double> f(D), e_f(D), fmag(D);
     // F(in) of layer l: saves z, a in the layer's state; F in f / e_f.
@@ -414,10 +412,7 @@ class Model {
         }
         ga[i] = acc;
         e_ga[i] = e + cp_.gam(static_cast<double>(D)) * abs_sum + static_cast<double>(D) * cp_.eta;
-        if (overflows(abs_sum + e_ga[i], D)) {
-          back_overflow = true;
-          worst.see_overflow(abs_sum + e_ga[i], D);
-        }
+        if (may_overflow(abs_sum + e_ga[i], D, worst)) back_overflow = true;
         // gz = ga * act'(z): relu' is 0 or 1, unless the candidate's z may have the other sign;
         // GELU' is within [-0.17, 1.13] and 0.8-Lipschitz (max |GELU''| = 2 phi(0) ~ 0.798).
         const double zi = s.z[i], e_zi = s.e_z[i];
@@ -453,10 +448,7 @@ class Model {
         }
         gin[j] = acc;
         e_gin[j] = e + cp_.gam(static_cast<double>(F)) * abs_sum + static_cast<double>(F) * cp_.eta;
-        if (overflows(abs_sum + e_gin[j], F)) {
-          back_overflow = true;
-          worst.see_overflow(abs_sum + e_gin[j], F);
-        }
+        if (may_overflow(abs_sum + e_gin[j], F, worst)) back_overflow = true;
       }
     };
     auto norm_back_layer = [&](std::int64_t l, std::int64_t k, const RowModel& m, const std::vector<double>& g,
@@ -490,10 +482,7 @@ class Model {
               const double sum = al * v[j] + f[j];
               e_f[j] = std::fabs(al) * e_v[j] + e_f[j] +
                        (al != 1 ? 2 : 1) * cp_.u * (std::fabs(al * v[j]) + std::fabs(f[j]));
-              if (overflows(std::fabs(al * v[j]) + std::fabs(f[j]) + e_f[j], 2)) {
-                ffn_overflow = true;
-                worst.see_overflow(std::fabs(al * v[j]) + std::fabs(f[j]) + e_f[j], 2);
-              }
+              if (may_overflow(std::fabs(al * v[j]) + std::fabs(f[j]) + e_f[j], 2, worst)) ffn_overflow = true;
               f[j] = sum;
             }
             trusted = norm(l, 0, s.n0, f, e_f, v, e_v) && trusted;
@@ -511,10 +500,7 @@ class Model {
             for (std::int64_t j = 0; j < D; ++j) {
               const double sum = v[j] + f[j];
               e_v[j] = e_v[j] + e_f[j] + cp_.u * std::fabs(sum);
-              if (overflows(std::fabs(v[j]) + std::fabs(f[j]) + e_v[j], 1)) {
-                ffn_overflow = true;
-                worst.see_overflow(std::fabs(v[j]) + std::fabs(f[j]) + e_v[j], 1);
-              }
+              if (may_overflow(std::fabs(v[j]) + std::fabs(f[j]) + e_v[j], 1, worst)) ffn_overflow = true;
               v[j] = sum;
             }
             break;
@@ -591,7 +577,7 @@ class Model {
         if (it == out.end()) return;
         for (std::size_t k = 0; k < it->second.abs.size(); ++k)
           it->second.abs[k] =
-              untrusted_rows > 0 || column_overflows(cb, k, R, worst) ? kNaN : column_allowance(cb, k, R);
+              untrusted_rows > 0 || may_overflow(cb.abs[k] + cb.err[k], R, worst) ? kNaN : column_allowance(cb, k, R);
       };
       column("dweight", dw);
       column("dbias", db);
@@ -654,16 +640,6 @@ class Model {
       out[name].nan_ok.assign(static_cast<std::size_t>(numel), 0);
     }
     return out;
-  }
-
-  // Section 5 for a column sum over R rows: true (and `worst` told) when its |terms| and their
-  // errors reach the compute dtype's largest finite value (a correct kernel's accumulator, in
-  // any order, may then overflow).
-  bool column_overflows(const ColumnBound& cb, std::size_t k, std::int64_t R, Worst& worst) const {
-    const double acc = cb.abs[k] + cb.err[k];
-    if (!overflows(acc, R)) return false;
-    worst.see_overflow(acc, R);
-    return true;
   }
 
   // Section 4: a column sum over R rows, from its rows' |terms| and propagated errors.
@@ -843,6 +819,12 @@ class Model {
     const double g = cp_.gam(static_cast<double>(terms));
     return !(acc * (std::isfinite(g) ? 1 + g : 1.0) < ref::max_finite(c_.dtype_compute));
   }
+  // overflows(), and when it holds, the sum noted in `worst` for the MISTRUSTED reason.
+  bool may_overflow(double acc, std::int64_t terms, Worst& worst) const {
+    if (!overflows(acc, terms)) return false;
+    worst.see_overflow(acc, terms);
+    return true;
+  }
 
   // Section 4 for one row: the upstream gradient dy (errors e_dy) through the norm whose row
   // model is m and whose scale is scale (errors e_scale; nullptr: no weight): dh and its
@@ -854,11 +836,7 @@ class Model {
                  const std::vector<double>& e_dy, std::vector<double>& dh, std::vector<double>& e_dh, ColumnBound* dw,
                  ColumnBound* db, std::size_t col0, Worst& worst) const {
     bool overflow = false;
-    const auto see = [&](double acc, std::int64_t terms) {
-      if (!overflows(acc, terms)) return;
-      overflow = true;
-      worst.see_overflow(acc, terms);
-    };
+    const auto see = [&](double acc, std::int64_t terms) { overflow = may_overflow(acc, terms, worst) || overflow; };
     const auto n = static_cast<std::int64_t>(dy.size());
     const double nd = static_cast<double>(n);
     const bool ln = c_.op == ref::Op::layernorm;
