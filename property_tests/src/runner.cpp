@@ -99,7 +99,7 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
   // the outcome is RapidCheck's "gave up", as with fewer tests. kBarrenDraws is what --tests 100
   // allows, so a property gives up the same way whatever --tests says.
   constexpr int kBarrenDraws = 5000;
-  int passed = 0, discarded = 0, discarded_all = 0;
+  int passed = 0, discarded = 0;
   std::optional<rc::detail::CaseResult> barren;
   const auto property = rc::detail::toProperty([&] {
     if (barren) throw *barren;
@@ -112,8 +112,7 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
       outcome = rc::detail::CaseResult(rc::detail::CaseResult::Type::Success, "");
     } catch (const rc::detail::CaseResult& c) {
       outcome = c;
-      if (c.type == rc::detail::CaseResult::Type::Discard) ++discarded_all;
-      if (c.type == rc::detail::CaseResult::Type::Discard && passed == 0 && ++discarded >= kBarrenDraws &&
+      if (c.type == rc::detail::CaseResult::Type::Discard && ++discarded >= kBarrenDraws && passed == 0 &&
           opt.reproduce.empty())
         barren = c;
       throw;
@@ -147,7 +146,7 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
     if (const auto nl = why.find_last_of('\n'); nl != std::string::npos) why = why.substr(nl + 1);
     r.message = fmt::format(
         "gave up after {} tests and {} discarded draws: the drawn cases were declined or did not apply (last: {})",
-        gave_up.numSuccess, discarded_all, why);
+        gave_up.numSuccess, discarded, why);
   } else if (result.match(error) && !opt.reproduce.empty() && outcome &&
              outcome->type != rc::detail::CaseResult::Type::Failure) {
     if (outcome->type == rc::detail::CaseResult::Type::Success) {
