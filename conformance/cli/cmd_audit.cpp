@@ -20,6 +20,7 @@ namespace {
 
 struct AuditArgs {
   std::string checkpoint, config, profile, json, source, source_config, profiles_dir, fixtures;
+  std::string fail_on = "error";
   bool force = false, quiet = false;
 };
 
@@ -106,7 +107,8 @@ int run_audit(const AuditArgs& a, const std::vector<std::string>& argv_all) {
       return kExitBadInput;
     }
   }
-  return r.errors() > 0 ? kExitFailed : kExitOk;
+  const int failing = r.errors() + (a.fail_on == "warning" ? summary["warning"].get<int>() : 0);
+  return failing > 0 ? kExitFailed : kExitOk;
 }
 
 }  // namespace
@@ -124,6 +126,8 @@ Runner add_audit_command(CLI::App& app, std::vector<std::string>& argv_all) {
                                              "names) with the checkpoint's parameters through the reference");
   cmd->add_option("--profiles", a->profiles_dir, "Directory of profile files (default: the bundled ones)");
   cmd->add_option("--json", a->json, "Write the findings as a results file (normcheck-results v1, mode audit)");
+  cmd->add_option("--fail-on", a->fail_on, "Exit 1 on findings of this severity or worse: error (default) or warning")
+      ->check(CLI::IsMember({"error", "warning"}));
   cmd->add_flag("--force", a->force, "Replace an existing results file");
   cmd->add_flag("--quiet", a->quiet, "Print errors and warnings only");
   return [a, &argv_all] { return run_audit(*a, argv_all); };

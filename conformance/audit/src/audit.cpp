@@ -42,8 +42,8 @@ std::string gguf_key(const Checkpoint& c, std::string key) {
   return key;
 }
 
-// A norm-looking name: its module (the component before weight/bias/gamma/beta/scale)
-// contains "norm" or is ln, ln_*, lnN; or the name ends in gamma/beta.
+}  // namespace
+
 bool is_norm_like(const std::string& name) {
   const auto last = name.rfind('.');
   const std::string param = last == std::string::npos ? name : name.substr(last + 1);
@@ -58,8 +58,6 @@ bool is_norm_like(const std::string& name) {
   return module.size() > 2 && module.rfind("ln", 0) == 0 &&
          std::all_of(module.begin() + 2, module.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
 }
-
-}  // namespace
 
 NamePattern::NamePattern(const std::string& pattern, bool gguf) : gguf_(gguf) {
   std::size_t from = 0;
@@ -237,6 +235,39 @@ Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<n
   return b;
 }
 
+Bound bind_generic(const Checkpoint& ckpt) {
+  auto profile = std::make_shared<Profile>();
+  profile->name = "generic";
+  profile->spec = {{"name", "generic"}, {"eps", {{"usual", nlohmann::json::array()}}}};
+  Bound b;
+  b.generic = true;
+  b.owned = profile;
+  b.profile = profile.get();
+  b.ckpt = &ckpt;
+  b.gguf = ckpt.format() == "gguf";
+  for (const auto& t : ckpt.tensors()) {
+    if (!is_norm_like(t.name)) continue;
+    const auto dot = t.name.rfind('.');
+    const std::string param = dot == std::string::npos ? t.name : t.name.substr(dot + 1);
+    Entry e;
+    e.role = dot == std::string::npos ? t.name : t.name.substr(0, dot);
+    e.kind = param == "bias" || param == "beta" ? "bias" : "weight";
+    e.pattern = t.name;
+    e.re = NamePattern(t.name, /*gguf: whole names only*/ true);
+    b.found[{b.entries.size(), -1}].push_back({&t, -1, false});
+    b.claimed.insert(&t);
+    b.entries.push_back(std::move(e));
+  }
+  return b;
+}
+
+Finding no_tensors_finding(const Checkpoint& ckpt, const std::string& side) {
+  return {"error", "no_tensors", {},
+          fmt::format("{}{} holds no tensors at all ({}, {} metadata key(s)): a vocabulary- or metadata-only file has no norm "
+                      "parameters to audit",
+                      side, ckpt.path(), ckpt.format(), ckpt.metadata().is_object() ? ckpt.metadata().size() : 0)};
+}
+
 double Bound::score() const {
   // Entries present at layer 0 (or once), minus entries absent: the profile that names the most
   // of the checkpoint's norm tensors and expects the fewest it lacks.
@@ -302,10 +333,19 @@ Bound select_profile(const Checkpoint& ckpt, const std::vector<Profile>& profile
       tied.push_back(p.name);
     }
   }
-  if (!best)
-    throw AuditInputError(fmt::format("{}: no profile names any of its {} tensors; pass --profile (and see "
-                                      "conformance/audit/README.md to add one)",
-                                      ckpt.path(), ckpt.tensors().size()));
+  if (!best) {
+    Bound g = bind_generic(ckpt);
+    if (g.entries.empty())
+      throw AuditInputError(fmt::format("{}: no profile names any of its {} tensors and none looks like a norm parameter; "
+                                        "pass --profile (and see conformance/audit/README.md to add one)",
+                                        ckpt.path(), ckpt.tensors().size()));
+    findings.push_back({"info", "profile", {},
+                        fmt::format("profile generic: no profile names this checkpoint's tensors, so its {} norm-like tensor(s) "
+                                    "are checked by their values only (finite, untrained, centre); the architecture's checks "
+                                    "(missing tensors, shapes, offset convention, eps) need --profile or a profile file",
+                                    g.entries.size())});
+    return g;
+  }
   std::string msg = fmt::format("profile {} (chosen by tensor names", best->profile->name);
   if (!tied.empty()) {
     std::string t;
@@ -394,6 +434,11 @@ constexpr std::uint64_t kMaxLayers = 4096;
 
 AuditResult audit_checkpoint(const Checkpoint& ckpt, const std::vector<Profile>& profiles, const AuditOptions& opt) {
   AuditResult r;
+  if (ckpt.tensors().empty()) {
+    r.profile = "none";
+    r.findings.push_back(no_tensors_finding(ckpt));
+    return r;
+  }
   Bound b = select_profile(ckpt, profiles, opt, r.findings);
   r.profile = b.profile->name;
   auto& F = r.findings;
@@ -466,7 +511,7 @@ AuditResult audit_checkpoint(const Checkpoint& ckpt, const std::vector<Profile>&
         if (!b.dims.count(s)) known = false;
         else want.push_back(b.dims.at(s));
       }
-      if (known && t.shape != want) {
+      if (known && !b.generic && t.shape != want) {
         std::string why;
         for (const auto& s : e.shape) why += (why.empty() ? "" : ", ") + fmt::format("{} = {} from {}", s, b.dims.at(s), b.dim_source.at(s));
         F.push_back({"error", "shape_mismatch", {t.name},
@@ -496,7 +541,12 @@ AuditResult audit_checkpoint(const Checkpoint& ckpt, const std::vector<Profile>&
         F.push_back({"info", "untrained", {t.name}, fmt::format("{}: every value is exactly 0 (a bias at its initialization)", t.name)});
     }
   }
-  if (!zero_scale.empty())
+  if (!zero_scale.empty() && b.generic)
+    F.push_back({"warning", "untrained", zero_scale,
+                 fmt::format("{} norm weight(s) are exactly all 0: a zero-centred weight at its initialization, or a scale of 0 "
+                             "(the norm outputs zero); the generic profile cannot tell which",
+                             zero_scale.size())});
+  else if (!zero_scale.empty())
     F.push_back({"error", "untrained", zero_scale,
                  fmt::format("{} norm weight(s) are exactly all 0 where the scale is the weight itself ({} {}): the norm outputs zero",
                              zero_scale.size(), r.profile, scheme)});
@@ -537,7 +587,23 @@ AuditResult audit_checkpoint(const Checkpoint& ckpt, const std::vector<Profile>&
     const bool confident = cls >= 0 && agree * 10 >= static_cast<long>(meds.size()) * 6;
     const std::string conv = fmt::format("{} ({}) stores norm weights w with scale = {}w, so trained weights centre near {}",
                                          r.profile, scheme, b.offset ? "1 + " : "", expected_centre);
-    if (!confident) {
+    if (b.generic) {
+      // No convention to hold the centre against: scale = w centres near 1, scale = 1 + w near
+      // 0; near 2 is neither (an offset of 1 applied twice, under either).
+      if (confident && cls == 2) {
+        std::vector<std::string> names;
+        for (const auto& c : centres) names.push_back(c.name);
+        F.push_back({"warning", "offset_convention", names,
+                     fmt::format("norm weights centre near 2 (median of {} tensor medians {:.4g}): a scale near 2 (scale = w) or "
+                                 "3 (scale = 1 + w) is neither convention's; the +1 offset appears applied twice",
+                                 meds.size(), overall)});
+      } else {
+        F.push_back({"info", "offset_convention", {},
+                     fmt::format("norm weights centre at {:.4g} (median of {} tensor medians){}", overall, meds.size(),
+                                 confident ? fmt::format(": near {}, the {} convention", cls, cls == 1 ? "scale = w" : "scale = 1 + w (zero-centred)")
+                                           : "")});
+      }
+    } else if (!confident) {
       F.push_back({"info", "offset_convention", {},
                    fmt::format("norm weights centre at {:.4g} (median of {} tensor medians): no clear convention; {}", overall,
                                meds.size(), conv)});
@@ -590,7 +656,9 @@ AuditResult audit_checkpoint(const Checkpoint& ckpt, const std::vector<Profile>&
     const auto& usual = b.profile->spec["eps"]["usual"];
     std::string usual_text;
     for (const auto& u : usual) usual_text += (usual_text.empty() ? "" : " or ") + fmt::format("{:g}", u.get<double>());
-    if (eps) {
+    if (b.generic) {
+      F.push_back({"info", "eps", {}, "eps not checked: the generic profile does not know where this architecture keeps it"});
+    } else if (eps) {
       const bool ok = std::any_of(usual.begin(), usual.end(), [&](const auto& u) {
         return std::abs(*eps - u.template get<double>()) <= 1e-6 * u.template get<double>();
       });

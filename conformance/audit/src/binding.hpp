@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -53,6 +54,10 @@ struct Match {
 
 struct Bound {
   const Profile* profile = nullptr;
+  // The generic profile (no profile names the checkpoint's tensors): one entry per norm-like
+  // tensor, no dims, no shapes, no offset convention, no eps; `owned` keeps its Profile alive.
+  bool generic = false;
+  std::shared_ptr<const Profile> owned;
   const Checkpoint* ckpt = nullptr;
   bool gguf = false;
   int offset = 0;  // scale = offset + stored weight, in this checkpoint's naming scheme
@@ -72,10 +77,18 @@ struct ValueStats {
 };
 
 Bound bind(const Profile& profile, const Checkpoint& ckpt, const std::optional<nlohmann::json>& config);
+// The generic profile bound to `ckpt`: every norm-like tensor, each its own entry (exact name).
+Bound bind_generic(const Checkpoint& ckpt);
 Bound select_profile(const Checkpoint& ckpt, const std::vector<Profile>& profiles, const AuditOptions& opt,
                      std::vector<Finding>& findings, bool* by_names = nullptr);
 std::optional<double> configured_eps(const Bound& b, const std::optional<nlohmann::json>& config, std::string& from);
 ValueStats stats_of(const std::vector<double>& v);
+// A norm-looking tensor name: its module contains "norm" or is ln, ln_*, lnN, or the name ends
+// in gamma/beta (Keras: layer_normalization_3/gamma:0).
+bool is_norm_like(const std::string& name);
+// The finding for a checkpoint that holds no tensors at all (a vocabulary- or metadata-only
+// file, as llama.cpp ships for its tokenizer tests): nothing to audit, said as exactly that.
+Finding no_tensors_finding(const Checkpoint& ckpt, const std::string& side = "");
 int classify_centre(double median);
   // 0, 1, 2, or -1 when the median is near none of them
 

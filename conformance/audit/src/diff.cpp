@@ -64,6 +64,13 @@ std::vector<double> transpose2(const std::vector<double>& a, std::uint64_t rows,
   return t;
 }
 
+// Every value exactly a fresh parameter's: a bias 0; a weight 1 where scale = w, 0 where
+// scale = 1 + w. An empty tensor is at no initialization.
+bool at_initialization(const std::vector<double>& v, const std::string& kind, int offset) {
+  const double init = kind == "bias" || offset == 1 ? 0.0 : 1.0;
+  return !v.empty() && std::all_of(v.begin(), v.end(), [&](double x) { return x == init; });
+}
+
 std::string shape_text(const std::vector<std::uint64_t>& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -80,6 +87,12 @@ AuditResult diff_checkpoints(const Checkpoint& converted, const AuditOptions& co
                              const AuditOptions& source_opt, const std::vector<Profile>& profiles) {
   AuditResult r;
   auto& F = r.findings;
+  if (converted.tensors().empty() || source.tensors().empty()) {
+    r.profile = "none";
+    if (source.tensors().empty()) F.push_back(no_tensors_finding(source, "source: "));
+    if (converted.tensors().empty()) F.push_back(no_tensors_finding(converted, "converted: "));
+    return r;
+  }
   std::vector<Finding> sf, cf;
   bool s_by_names = false, c_by_names = false;
   Bound s = select_profile(source, profiles, source_opt, sf, &s_by_names);
@@ -157,10 +170,20 @@ AuditResult diff_checkpoints(const Checkpoint& converted, const AuditOptions& co
         }
       }
     }
-    // Only weights carry the offset; biases must come across unshifted.
+    // A parameter at its initialization where the source's was trained: the converter or the
+    // loader re-initialized it (transformers #29554), whatever else differs.
+    if (at_initialization(bv, kind, c.offset) && !at_initialization(a, kind, s.offset)) {
+      F.push_back({"error", "untrained", names,
+                   fmt::format("{}: every value is exactly its initialization ({}) while the source's {} is trained: "
+                               "re-initialized by the converter or a loader that did not find it (transformers #29554)",
+                               pair, kind == "bias" || c.offset == 1 ? "0" : "1", kind)});
+      continue;
+    }
+    // Only weights carry the offset; biases must come across unshifted. A shift of 2 is an
+    // offset of 1 applied twice (a converter that adds it to weights that already carry it).
     const int want = kind == "weight" ? expected_shift : 0;
     int found_shift = 0, level = 0;
-    for (int k : {want, 0, 1, -1})
+    for (int k : {want, 0, 1, -1, 2, -2})
       if ((level = explains(a, bv, ct->dtype, k)) > 0) {
         found_shift = k;
         break;
@@ -172,7 +195,7 @@ AuditResult diff_checkpoints(const Checkpoint& converted, const AuditOptions& co
       for (std::size_t i = 0; i < a.size(); ++i)
         if (std::abs(bv[i] - a[i]) > worst || (std::isnan(bv[i] - a[i]) && worst == 0)) worst = std::abs(bv[i] - a[i]), at = i;
       F.push_back({"error", "transform", names,
-                   fmt::format("{}: not explained by identity, dtype rounding, offset +1/-1{}: largest difference {:g} at index {} "
+                   fmt::format("{}: not explained by identity, dtype rounding, offset +1/-1/+2/-2{}: largest difference {:g} at index {} "
                                "({:.9g} -> {:.9g})",
                                pair, layout.empty() ? "" : " or " + layout, worst, at, a[at], bv[at])});
       continue;
@@ -193,6 +216,7 @@ AuditResult diff_checkpoints(const Checkpoint& converted, const AuditOptions& co
                                           c.offset, found_shift)
                             : fmt::format("a conversion from scale = {}w to scale = {}w must shift the stored weights by {:+d}",
                                           s.offset ? "1 + " : "", c.offset ? "1 + " : "", want);
+      if (std::abs(found_shift) == 2) why += fmt::format("; the offset of {:+d} appears applied twice", found_shift / 2);
       F.push_back({"error", "offset_convention", names, fmt::format("{}: {}, {}", pair, what, why)});
     } else if (!layout.empty()) {
       // Explained, but a norm parameter of another shape is not what the loader of this

@@ -151,6 +151,12 @@ def main():
         w.write_gguf(g, kv, t)
         check("gemma2 GGUF with the +1 applied twice", [g], tmp, 1, expect=[("error", "offset_convention", "centre near 2")])
 
+        check("diff gemma2 HF -> GGUF with the +1 applied twice", [g, "--source", os.path.join(tmp, "gemma2.safetensors")], tmp, 1,
+              expect=[("error", "offset_convention", "offset +2"), ("error", "offset_convention", "applied twice")],
+              absent=[("error", "transform")])
+        check("diff gemma2 HF -> HF with +2", [save(tmp, "g2_plus2.safetensors", {k: (v + 2 if w.is_norm(k) else v) for k, v in sd.items()})[0],
+              "--source", os.path.join(tmp, "gemma2.safetensors")], tmp, 1,
+              expect=[("error", "offset_convention", "applied twice")], absent=[("error", "transform")])
         check("diff gemma2 GGUF -> HF (offset -1)", [os.path.join(tmp, "gemma2.safetensors"), "--source", os.path.join(tmp, "gemma2.gguf")],
               tmp, 0, expect=[("info", "transform", "offset -1")], absent=[("error", None)])
         check("diff gemma2 HF -> HF", [os.path.join(tmp, "gemma2.safetensors"), "--source", os.path.join(tmp, "gemma2.safetensors")],
@@ -249,7 +255,9 @@ def main():
         check("bert re-initialized on load (transformers #29554)", save(tmp, "bert_reinit.safetensors", reinit, cfg), tmp, 0,
               expect=[("warning", "untrained", "encoder.layer.0.output.LayerNorm.weight")])
         check("diff bert legacy -> re-initialized", [os.path.join(tmp, "bert_reinit.safetensors"), "--source",
-              os.path.join(tmp, "bert_legacy.safetensors")], tmp, 1, expect=[("error", "transform", "not explained")])
+              os.path.join(tmp, "bert_legacy.safetensors")], tmp, 1,
+              expect=[("error", "untrained", "encoder.layer.0.output.LayerNorm.weight"),
+                      ("error", "untrained", "encoder.layer.0.output.LayerNorm.bias")], absent=[("error", "transform")])
 
         # --- diff mode ---------------------------------------------------------------------------
         cfg, sd = w.trained_state("llama")
@@ -271,12 +279,65 @@ def main():
         check("diff llama with a reshaped norm", [save(tmp, "llama_reshaped.safetensors", shaped)[0], "--source", src], tmp, 0,
               expect=[("warning", "transform", "identical values, reshaped [64] -> [8, 8]")])
 
+        generic_and_ci(tmp)
         functional(tmp)
         bad_inputs(tmp)
         if "--big" in sys.argv:
             big(tmp)
     print(f"{count - len(failures)} of {count} passed")
     return 1 if failures else 0
+
+
+def generic_and_ci(tmp):
+    """Architectures no profile knows (the generic profile), files without tensors, --fail-on."""
+    torch.manual_seed(3)
+    trained = lambda n: 1 + 0.1 * torch.randn(n)
+    keras = {"dense_1.kernel": torch.randn(8, 8), "layer_normalization_3.gamma": trained(8),
+             "layer_normalization_3.beta": 0.1 * torch.randn(8), "my_block.ln_out.weight": trained(8)}
+    h5 = os.path.join(tmp, "custom_keras.h5")
+    w.write_h5_state_dict(h5, {k.replace(".", "/", 1) + ":0" if k.startswith("layer_norm") else k: v for k, v in keras.items()})
+    check("generic profile: a Keras-named custom model", [h5], tmp, 0,
+          expect=[("info", "profile", "profile generic"), ("info", "offset_convention", "near 1")],
+          absent=[("error", None), ("warning", None)])
+    ones = dict(keras, **{"layer_normalization_3.gamma": torch.ones(8)})
+    args = save(tmp, "custom_ones.safetensors", ones)
+    check("generic profile: a norm weight at its initialization", args, tmp, 0,
+          expect=[("warning", "untrained", "layer_normalization_3.gamma")])
+    check("--fail-on warning: an untrained norm weight fails CI", args + ["--fail-on", "warning"], tmp, 1,
+          expect=[("warning", "untrained", "layer_normalization_3.gamma")])
+    nan = dict(keras, **{"my_block.ln_out.weight": torch.tensor([1.0, float("nan")] * 4)})
+    check("generic profile: NaN in a norm weight", save(tmp, "custom_nan.safetensors", nan), tmp, 1,
+          expect=[("error", "non_finite", "my_block.ln_out.weight")])
+    # Zero-centred weights (scale = 1 + w, near 0) with the +1 added twice: near 2.
+    twice = {k: (v - 1 + 2 if k.endswith(("gamma", "weight")) and "dense" not in k else v) for k, v in keras.items()}
+    check("generic profile: weights centred near 2 (offset twice)", save(tmp, "custom_twice.safetensors", twice), tmp, 0,
+          expect=[("warning", "offset_convention", "applied twice")])
+    check("generic profile: diff of the same custom model", [os.path.join(tmp, "custom_ones.safetensors"), "--source",
+          save(tmp, "custom.safetensors", keras)[0]], tmp, 1, expect=[("error", "untrained", "layer_normalization_3.gamma")])
+    cfg, sd = w.trained_state("llama")
+    ones = dict(sd, **{"model.layers.1.post_attention_layernorm.weight": torch.ones(64)})
+    args = save(tmp, "llama_ones_ci.safetensors", ones, cfg)
+    check("--fail-on warning (llama, all ones)", args + ["--fail-on", "warning"], tmp, 1,
+          expect=[("warning", "untrained", "model.layers.1.post_attention_layernorm.weight")])
+    check("--fail-on error (the default) passes warnings", args + ["--fail-on", "error"], tmp, 0)
+    kv, _ = w.to_gguf("llama", cfg, sd)
+    vocab = os.path.join(tmp, "vocab_only.gguf")
+    w.write_gguf(vocab, kv, {})
+    check("a vocabulary-only GGUF (no tensors)", [vocab], tmp, 1, expect=[("error", "no_tensors", "holds no tensors at all")],
+          absent=[("error", "missing_tensor")])
+    check("diff against a file without tensors", [os.path.join(tmp, "llama.safetensors"), "--source", vocab], tmp, 1,
+          expect=[("error", "no_tensors", "source: ")], absent=[("error", "missing_tensor")])
+    empty = os.path.join(tmp, "empty.safetensors")
+    w.write_safetensors(empty, {})
+    check("a safetensors file without tensors", [empty], tmp, 1, expect=[("error", "no_tensors", "holds no tensors at all")])
+    p = run_child([NORMCHECK, "audit", os.path.join(tmp, "llama.safetensors"), "--fail-on", "sometimes"])
+    global count
+    count += 1
+    if p.returncode != 2 or "--fail-on" not in p.stderr:
+        failures.append("--fail-on sometimes")
+        print("FAIL --fail-on with an unknown severity", p.returncode, p.stderr)
+    else:
+        print("ok   --fail-on with an unknown severity exits 2")
 
 
 def _gguf(tmp, name, arch, **kw):

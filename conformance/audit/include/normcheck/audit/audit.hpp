@@ -12,7 +12,8 @@
 namespace normcheck::audit {
 
 // A profile file that is not what conformance/audit/README.md describes; an unknown --profile;
-// a checkpoint whose norm tensors match no profile. The CLI exits 2 on it.
+// a checkpoint whose tensors no profile names and none of which looks like a norm parameter.
+// The CLI exits 2 on it.
 class AuditInputError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
