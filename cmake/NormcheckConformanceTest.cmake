@@ -15,17 +15,22 @@
 #     [JSON <file>]                          # the results file (reports/RESULTS.md)
 #     [ISOLATE]                              # run the plugin in a child process: a crash is
 #                                            # reported as CRASHED for its case, not a dead test
+#     [ALLOW_EMPTY]                          # pass even when nothing was checked (below)
 #     [LABELS <label>...])
 #
 # The test passes when no case is FAILED, CRASHED, TIMEOUT or MISSING (UNSUPPORTED and
-# MISTRUSTED cases do not fail it); its output names each failing case with a one-line repro.
+# MISTRUSTED cases do not fail it) and at least one case was checked: a CASES glob that matches
+# nothing, or a candidate that declines every case, fails the test ("nothing was checked")
+# unless ALLOW_EMPTY is given (a kernel that runs only where a GPU is). The same holds for the
+# .properties test: every property UNSUPPORTED fails it. Its output names each failing case with
+# a one-line repro.
 # Fixtures of a tier are generated once per build tree, by the target normcheck_fixtures_<tier>
 # (part of `all`), into <build>/normcheck/<tier>.h5, and regenerated when normcheck changes.
 # The tests get PYTHONPATH pointing at normcheck's Python module (normcheck_protocol), so a
 # "cmd:python3 my_kernel.py" candidate can `import normcheck_protocol`.
 
 function(normcheck_add_conformance_test)
-  cmake_parse_arguments(PARSE_ARGV 0 NC "ISOLATE" "NAME;CANDIDATE;TIER;FIXTURES;JUNIT;JSON;PROPERTY_TESTS;SEED"
+  cmake_parse_arguments(PARSE_ARGV 0 NC "ISOLATE;ALLOW_EMPTY" "NAME;CANDIDATE;TIER;FIXTURES;JUNIT;JSON;PROPERTY_TESTS;SEED"
                         "CASES;PROPERTIES;LABELS")
   if(NC_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "normcheck_add_conformance_test: unknown arguments: ${NC_UNPARSED_ARGUMENTS}")
@@ -92,6 +97,9 @@ function(normcheck_add_conformance_test)
   if(NC_ISOLATE)
     list(APPEND _args --isolate)
   endif()
+  if(NC_ALLOW_EMPTY)
+    list(APPEND _args --allow-empty)
+  endif()
   add_test(NAME ${NC_NAME} COMMAND normcheck::normcheck ${_args})
   set(_tests ${NC_NAME})
 
@@ -106,6 +114,9 @@ function(normcheck_add_conformance_test)
     foreach(_glob IN LISTS NC_PROPERTIES)
       list(APPEND _pargs --properties "${_glob}")
     endforeach()
+    if(NC_ALLOW_EMPTY)
+      list(APPEND _pargs --allow-empty)
+    endif()
     add_test(NAME ${NC_NAME}.properties COMMAND normcheck::normcheck ${_pargs})
     list(APPEND _tests ${NC_NAME}.properties)
   endif()

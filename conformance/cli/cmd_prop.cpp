@@ -26,6 +26,7 @@ struct PropArgs {
   std::int64_t max_hidden = 8192;
   std::uint64_t seed = 1;
   bool force = false, isolate = false, list = false, no_shrink = false;
+  bool allow_empty = false;  // every property UNSUPPORTED may exit 0
   double timeout = 0;
 };
 
@@ -243,7 +244,16 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     }
   }
   if (bad_input) return kExitBadInput;
-  return summary[prop::PropVerdict::failed] + summary[prop::PropVerdict::crashed] > 0 ? kExitFailed : kExitOk;
+  if (summary[prop::PropVerdict::failed] + summary[prop::PropVerdict::crashed] > 0) return kExitFailed;
+  // Every chosen property UNSUPPORTED (the candidate declined every drawn case): nothing was
+  // checked, which must not pass a CI job by accident.
+  if (summary[prop::PropVerdict::passed] == 0 && !a.allow_empty) {
+    fmt::print(stderr, "normcheck prop: nothing was checked: {} declined every case drawn for {}; pass --allow-empty if an "
+                       "empty run is what you meant\n",
+               a.candidate, chosen.size() == 1 ? "the property" : fmt::format("all {} properties", chosen.size()));
+    return kExitFailed;
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -267,6 +277,7 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
   cmd->add_flag("--isolate", a->isolate, "Run a plugin or builtin in a child process");
   cmd->add_option("--timeout", a->timeout, "Seconds allowed per call of a subprocess candidate (0: none)");
   cmd->add_flag("--list", a->list, "List the properties");
+  cmd->add_flag("--allow-empty", a->allow_empty, "Exit 0 even when every property was UNSUPPORTED (nothing checked)");
   return [a, cmd, &argv_all]() { return cmd->parsed() ? run_prop(*a, argv_all) : kExitBadInput; };
 }
 

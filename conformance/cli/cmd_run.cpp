@@ -22,11 +22,21 @@ struct RunArgs {
   std::vector<std::string> cases;
   bool isolate = false, force = false, json_list = false, verbose = false, expect_reject = false;
   bool no_diagnosis = false;
+  bool allow_empty = false;  // a run that checked nothing may exit 0
   bool flush_subnormals = false;  // check: the outputs' producer flushes subnormal outputs
   double timeout = 0;
   int threads = 0, max_print = 20;
   ReportFlags report;  // --junit, --markdown, --html, --summary-json
 };
+
+// Cases whose outputs were compared with the reference (PASSED, FAILED, MISTRUSTED, MISSING);
+// UNSUPPORTED, CRASHED and TIMEOUT compared nothing.
+std::int64_t checked_count(const conf::CandidateRun& r) {
+  std::int64_t n = 0;
+  for (auto v : {conf::Verdict::passed, conf::Verdict::failed, conf::Verdict::mistrusted, conf::Verdict::missing})
+    if (auto it = r.summary.find(v); it != r.summary.end()) n += it->second;
+  return n;
+}
 
 std::string caps_text(const conf::Capabilities& c) {
   std::string ops, dts, cts, dirs;
@@ -102,9 +112,7 @@ void print_table(const std::vector<conf::CandidateRun>& runs) {
       fmt::print(" {:>11}", it == r.summary.end() ? 0 : it->second);
     }
     const bool mutant = r.info.kind == conf::CandidateKind::mutant;
-    std::int64_t compared = 0;
-    for (auto v : {Verdict::passed, Verdict::failed, Verdict::mistrusted, Verdict::missing})
-      if (auto it = r.summary.find(v); it != r.summary.end()) compared += it->second;
+    const std::int64_t compared = checked_count(r);
     const char* outcome = mutant ? (r.rejected() ? "rejected (as it must be)" : "NOT REJECTED")
                           : r.rejected()  ? "FAILED"
                           : compared == 0 ? "nothing run (every case declined)"
@@ -116,6 +124,44 @@ void print_table(const std::vector<conf::CandidateRun>& runs) {
         flushed > 0 ? fmt::format(" ({} zero{} accepted as flushed subnormals)", flushed, flushed == 1 ? "" : "s") : "";
     fmt::print("  {}{}{}\n", outcome, flush_note, r.error.empty() ? "" : " (run stopped: " + r.error + ")");
   }
+}
+
+// A run that checked nothing must not turn CI green: a --cases glob with a typo, a candidate
+// that declines every case. It fails (exit 1) when no case was checked at all, or when a
+// candidate the user named (--candidate, or the outputs file of `check`) checked none;
+// candidates that --builtins brings in and that cannot run here (no GPU, a library not
+// installed) are shown as "nothing run" and do not fail the run. --allow-empty: exit 0.
+bool nothing_checked(const std::vector<conf::CandidateRun>& runs, std::size_t named, const RunArgs& a, const char* cmd) {
+  std::int64_t total = 0;
+  std::size_t cases = 0;
+  for (const auto& r : runs) total += checked_count(r), cases = std::max(cases, r.cases.size());
+  std::string globs;
+  for (const auto& g : a.cases) globs += (globs.empty() ? "" : " ") + quote(g);
+  bool empty = false;
+  if (total == 0 && cases == 0) {
+    fmt::print(stderr, "normcheck {}: nothing was checked: {}\n", cmd,
+               a.cases.empty() ? fmt::format("{} holds no case", a.fixtures)
+                               : fmt::format("no case of {} matches --cases {}", a.fixtures, globs));
+    empty = true;
+  } else {
+    // Each candidate the user named that compared nothing, with the first reason it gave; when
+    // nothing at all was compared, every candidate.
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (checked_count(runs[i]) > 0 || (i >= named && total > 0)) continue;
+      std::map<std::string, int> reasons;  // the most common one is the likeliest cause
+      for (const auto& c : runs[i].cases)
+        if (!c.message.empty()) ++reasons[c.message];
+      std::string why;
+      int most = 0;
+      for (const auto& [m, n] : reasons)
+        if (n > most) most = n, why = fmt::format(": {} ({} of {} cases)", m, n, runs[i].cases.size());
+      fmt::print(stderr, "normcheck {}: nothing was checked for {} (every case declined, crashed or timed out{})\n", cmd,
+                 runs[i].info.name, why);
+      empty = true;
+    }
+  }
+  if (empty) fmt::print(stderr, "normcheck {}: pass --allow-empty if an empty run is what you meant\n", cmd);
+  return empty;
 }
 
 int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool offline) {
@@ -266,7 +312,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     if (write_report(a.report, results_texts, a.force) == kExitBadInput) return kExitBadInput;
   }
   if (bad_input) return kExitBadInput;
-  bool fail = false;
+  bool fail = !a.allow_empty && nothing_checked(runs, offline ? runs.size() : a.candidates.size(), a, offline ? "check" : "run");
   for (const auto& r : runs) {
     if (a.expect_reject) fail |= !r.rejected();
     else fail |= r.rejected();
@@ -290,6 +336,8 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
     cmd->add_option("--max-print", a->max_print, "Failing cases printed per candidate (default 20)");
     add_report_flags(cmd, a->report);
     cmd->add_flag("--no-diagnosis", a->no_diagnosis, "Do not run the diagnosis panel on failing cases");
+    cmd->add_flag("--allow-empty", a->allow_empty, "Exit 0 even when nothing was checked (no case matched --cases, or "
+                                                   "a candidate declined every case)");
   };
   auto* run = app.add_subcommand("run", "Run candidates over a fixture file and check their outputs");
   add_common(run);

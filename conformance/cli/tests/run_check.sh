@@ -48,6 +48,17 @@ expect expect-reject-correct 1 "" -- run --candidate builtin:cpu_welford --expec
 expect case-glob 0 "" -- run --candidate builtin:cpu_welford --fixtures "$fx" --cases 'rms_*' --json "$tmp/g.json"
 "$python" -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['cases'] and all(c['case_id'].startswith('rms_') for c in j['cases'])" "$tmp/g.json" && ok || bad "case glob"
 
+# Nothing checked is not a pass (a --cases typo, a candidate that declines every case): exit 1
+# with "nothing was checked", unless --allow-empty; --builtins candidates that cannot run here
+# are shown as "nothing run" and do not fail a run that checked others.
+expect empty-glob 1 "nothing was checked: no case of .* matches --cases" -- run --candidate builtin:cpu_welford --fixtures "$fx" --cases 'nmr_*'
+expect empty-glob-allowed 0 "" -- run --candidate builtin:cpu_welford --fixtures "$fx" --cases 'nmr_*' --allow-empty
+decliner="cmd:$python $(dirname "$0")/../../subprocess/tests/helpers/misbehave.py decline"
+expect declines-all 1 "nothing was checked for" -- run --candidate "$decliner" --fixtures "$fx" --cases 'rms_*'
+expect declines-all-beside-another 1 "nothing was checked for" -- run --candidate builtin:cpu_welford --candidate "$decliner" --fixtures "$fx" --cases 'rms_*'
+expect declines-all-allowed 0 "" -- run --candidate "$decliner" --fixtures "$fx" --cases 'rms_*' --allow-empty
+grep -q "nothing run (every case declined)" "$tmp/out" && ok || bad "table says nothing run"
+
 # Bad input: exit 2 with the problem named.
 expect no-candidate 2 "give --candidate" -- run --fixtures "$fx"
 expect unknown-builtin 2 "no built-in candidate 'nope'" -- run --candidate builtin:nope --fixtures "$fx"
@@ -86,6 +97,8 @@ expect check-shape 1 "" -- check --fixtures "$fx" --outputs "$tmp/shape.h5" --ve
 grep -q "shape \[" "$tmp/out" && ok || bad "wrong shape named"
 expect check-alien 2 "case not_a_case is not in the fixture file" -- check --fixtures "$fx" --outputs "$tmp/alien.h5"
 expect check-not-hdf5 2 "is not an HDF5 file" -- check --fixtures "$fx" --outputs "$tmp/text.h5"
+expect check-empty-glob 1 "nothing was checked" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*'
+expect check-empty-glob-allowed 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*' --allow-empty
 
 echo "run_check: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -60,8 +60,8 @@ EXPECTED = {
 }
 
 
-def run(normcheck, fixtures, out, env=None):
-    cmd = [normcheck, "run", "--fixtures", fixtures, "--json-dir", out, "--force"]
+def run(normcheck, fixtures, out, env=None, extra=()):
+    cmd = [normcheck, "run", "--fixtures", fixtures, "--json-dir", out, "--force", *extra]
     for k in KERNELS:
         cmd += ["--candidate", f"builtin:onnxruntime-{k}"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -81,7 +81,8 @@ def main():
     subprocess.run([normcheck, "fixtures", "generate", "--cases", os.path.join(HERE, "ort_cases.json"),
                     "-o", cases_h5, "--force"], check=True)
 
-    # 1. Not installed: listed, skipped with the reason, exit 0.
+    # 1. Not installed: listed, every case UNSUPPORTED with the reason, and exit 1 ("nothing was
+    #    checked": a CI job must not pass on candidates that never ran; --allow-empty exits 0).
     with tempfile.TemporaryDirectory() as empty:
         env = dict(os.environ, NORMCHECK_ORT_DIR=empty)
         listing = subprocess.run([normcheck, "candidates"], env=env, capture_output=True, text=True, check=True).stdout
@@ -89,8 +90,11 @@ def main():
             if f"builtin:onnxruntime-{k} " not in listing or "ONNX Runtime is not installed" not in listing:
                 errors.append(f"without the package, builtin:onnxruntime-{k} is not listed with the reason")
         rc, res = run(normcheck, cases_h5, os.path.join(work, "absent"), env)
-        if rc != 0:
-            errors.append(f"without the package the run exits {rc}, not 0")
+        if rc != 1:
+            errors.append(f"without the package the run exits {rc}, not 1 (nothing was checked)")
+        rc_allowed, _ = run(normcheck, cases_h5, os.path.join(work, "absent"), env, ["--allow-empty"])
+        if rc_allowed != 0:
+            errors.append(f"without the package the run with --allow-empty exits {rc_allowed}, not 0")
         for k, cases in res.items():
             for cid, c in cases.items():
                 if c["verdict"] != "UNSUPPORTED":
