@@ -24,7 +24,7 @@ struct RunArgs {
   bool no_diagnosis = false;
   bool allow_empty = false;  // a run that checked nothing may exit 0
   bool flush_subnormals = false;  // check: the outputs' producer flushes subnormal outputs
-  double timeout = 0;
+  double timeout = 0, startup_timeout = 0;
   int threads = 0, max_print = 20;
   ReportFlags report;  // --junit, --markdown, --html, --summary-json
 };
@@ -172,6 +172,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   conf::SpecOptions so;
   so.isolate = a.isolate;
   so.timeout_s = a.timeout;
+  so.startup_timeout_s = a.startup_timeout;
   so.self_exe = self_exe();
   std::vector<std::unique_ptr<conf::Candidate>> cands;
   std::vector<std::string> specs = a.candidates;
@@ -213,6 +214,11 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   for (const auto& s : specs) {
     try {
       cands.push_back(conf::make_candidate(s, so));
+    } catch (const conf::CandidateStartError& e) {
+      // It exists but died or hung before its hello: every case fails with the reason, and the
+      // results file says so (a CI dashboard then shows it; exit 1, not a usage error).
+      fmt::print(stderr, "normcheck: {}\nnormcheck: every case of {} is {}\n", e.what(), s, e.hung() ? "TIMEOUT" : "CRASHED");
+      cands.push_back(conf::make_unstarted_candidate(s, e));
     } catch (const std::exception& e) {
       fmt::print(stderr, "normcheck: {}\n", e.what());
       return kExitBadInput;
@@ -347,6 +353,9 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
   run->add_flag("--isolate", a->isolate, "Run plugins and builtins in a child process: crashes and hangs become "
                                           "CRASHED / TIMEOUT for that case");
   run->add_option("--timeout", a->timeout, "Seconds allowed per case for subprocess candidates (0: none)");
+  run->add_option("--startup-timeout", a->startup_timeout,
+                  "Seconds a subprocess candidate may take to start, up to its hello (0: the larger of --timeout "
+                  "and 30); one that dies or hangs before its hello fails every case (CRASHED / TIMEOUT)");
   run->add_option("--threads", a->threads, "Candidates run concurrently (default: all cores)");
   run->add_flag("--expect-reject", a->expect_reject,
                 "Exit 0 only if every candidate is rejected (the mutation test of the suite)");

@@ -110,7 +110,8 @@ std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptio
   const std::string rest(spec.substr(colon + 1));
   auto isolated = [&]() {
     if (opt.self_exe.empty()) throw std::invalid_argument("--isolate needs the path of the normcheck executable");
-    return make_subprocess_candidate({opt.self_exe, "worker", std::string(spec)}, std::string(spec), opt.timeout_s);
+    return make_subprocess_candidate({opt.self_exe, "worker", std::string(spec)}, std::string(spec), opt.timeout_s,
+                                     opt.startup_timeout_s);
   };
   if (kind == "builtin") {
     for (const auto& e : builtin_candidates())
@@ -126,7 +127,7 @@ std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptio
   if (kind == "cmd") {
     auto argv = split_command(rest);
     if (argv.empty()) throw std::invalid_argument("cmd: needs a command");
-    return make_subprocess_candidate(argv, std::string(spec), opt.timeout_s);
+    return make_subprocess_candidate(argv, std::string(spec), opt.timeout_s, opt.startup_timeout_s);
   }
   throw std::invalid_argument(fmt::format(
       "candidate spec '{}': unknown kind '{}' (builtin, plugin or cmd)", spec, kind));

@@ -56,6 +56,9 @@ struct TimedOut {};
 // The child could not be started or its handshake failed.
 struct StartError {
   std::string message;
+  // The child died (child_failed) or hung (hung) before its hello: the candidate cannot run,
+  // which `run` reports per case; otherwise the spec or the handshake is wrong (input error).
+  bool child_failed = false, hung = false;
 };
 
 std::string signal_text(int sig) {
@@ -442,7 +445,9 @@ class SubprocessCandidate final : public Candidate {
     try {
       child_ = start(&info_);
     } catch (const StartError& e) {
-      throw std::invalid_argument(fmt::format("{}: {}", name_, e.message));
+      const std::string what = fmt::format("{}: {}", name_, e.message);
+      if (e.child_failed || e.hung) throw CandidateStartError(what, e.hung);
+      throw std::invalid_argument(what);
     }
   }
 
@@ -503,12 +508,13 @@ class SubprocessCandidate final : public Candidate {
       *info = parse_hello(hello, name_);
     } catch (const TimedOut&) {
       child->kill_and_reap();
-      throw StartError{
-          fmt::format("no hello within {} s (the candidate was killed){}", limit, child->tail_text())};
+      throw StartError{fmt::format("no hello within {} s (the candidate was killed){}", limit, child->tail_text()),
+                       false, true};
     } catch (const ChildGone& g) {
       const std::string how = child->finish();
       throw StartError{fmt::format("the candidate {} before its hello{}{}", how,
-                                   g.context.empty() ? "" : " (" + g.context + ")", child->tail_text())};
+                                   g.context.empty() ? "" : " (" + g.context + ")", child->tail_text()),
+                       true, false};
     } catch (const proto::ProtocolError& e) {
       child->kill_and_reap();
       throw StartError{fmt::format("protocol error: {}{}", e.what(), child->tail_text())};
@@ -619,10 +625,46 @@ std::unique_ptr<Candidate> make_subprocess_candidate(const std::vector<std::stri
 }
 
 std::unique_ptr<Candidate> make_subprocess_candidate(const std::vector<std::string>& argv,
-                                                     const std::string& name, double timeout_s) {
+                                                     const std::string& name, double timeout_s,
+                                                     double startup_timeout_s) {
   SubprocessOptions opt;
   opt.timeout_s = timeout_s;
+  opt.hello_timeout_s = startup_timeout_s;
   return make_subprocess_candidate(argv, name, opt);
+}
+
+namespace {
+
+class UnstartedCandidate final : public Candidate {
+ public:
+  UnstartedCandidate(const std::string& spec, const CandidateStartError& e) : error_(e.what()), hung_(e.hung()) {
+    // A builtin run isolated keeps what it is and what it declares: the cases it would have
+    // declined stay UNSUPPORTED, the others fail with the start error.
+    for (const auto& b : builtin_candidates())
+      if (b.info.name == spec) info_ = b.info, known_caps_ = true;
+    info_.name = spec;
+    info_.description = "could not start: " + error_;
+  }
+  const CandidateInfo& info() const override { return info_; }
+  std::optional<std::string> declines(const ref::Case& c) const override {
+    return known_caps_ ? unsupported_reason(info_.caps, c) : std::nullopt;
+  }
+  Outputs run(const ref::Case&) override {
+    if (hung_) throw CandidateTimeout(error_);
+    throw CandidateError(error_);
+  }
+
+ private:
+  CandidateInfo info_;
+  std::string error_;
+  bool hung_;
+  bool known_caps_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Candidate> make_unstarted_candidate(const std::string& spec, const CandidateStartError& e) {
+  return std::make_unique<UnstartedCandidate>(spec, e);
 }
 
 }  // namespace normcheck::conf

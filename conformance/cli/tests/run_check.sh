@@ -59,6 +59,20 @@ expect declines-all-beside-another 1 "nothing was checked for" -- run --candidat
 expect declines-all-allowed 0 "" -- run --candidate "$decliner" --fixtures "$fx" --cases 'rms_*' --allow-empty
 grep -q "nothing run (every case declined)" "$tmp/out" && ok || bad "table says nothing run"
 
+# A subprocess candidate that dies or hangs before its hello: a results file with every case
+# CRASHED (TIMEOUT), the stderr tail in each message, exit 1 (not a usage error without results).
+misbehave="$python $(dirname "$0")/../../subprocess/tests/helpers/misbehave.py"
+expect dies-before-hello 1 "exited with status 3 before its hello" -- run --candidate "cmd:$misbehave exit_before_hello" --fixtures "$fx" --cases 'rms_*' --json "$tmp/dead.json"
+expect hangs-before-hello 1 "no hello within 0.5 s" -- run --candidate "cmd:$misbehave no_hello" --startup-timeout 0.5 --fixtures "$fx" --cases 'rms_*' --json "$tmp/hung.json"
+"$python" - "$tmp/dead.json" "$tmp/hung.json" <<'PY' && ok || bad "start failures in the results files"
+import json, sys
+for path, verdict, text in ((sys.argv[1], "CRASHED", "boom: cannot import"), (sys.argv[2], "TIMEOUT", "no hello within 0.5 s")):
+    j = json.load(open(path))
+    assert j["cases"], path
+    for c in j["cases"]:
+        assert c["verdict"] == verdict and text in c["message"], (path, c["case_id"], c["verdict"], c.get("message"))
+PY
+
 # Bad input: exit 2 with the problem named.
 expect no-candidate 2 "give --candidate" -- run --fixtures "$fx"
 expect unknown-builtin 2 "no built-in candidate 'nope'" -- run --candidate builtin:nope --fixtures "$fx"

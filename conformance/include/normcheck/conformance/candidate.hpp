@@ -73,6 +73,20 @@ class CandidateTimeout : public CandidateError {
   using CandidateError::CandidateError;
 };
 
+// A subprocess candidate (a cmd: spec, or a plugin or builtin under --isolate) whose child died
+// or hung before its hello: a candidate that exists but cannot run, not a bad spec. `normcheck
+// run` reports every case CRASHED (TIMEOUT when it hung) with this message, the child's stderr
+// tail included, and writes the results file (make_unstarted_candidate); elsewhere it is an
+// invalid_argument like any candidate that cannot be made.
+class CandidateStartError : public std::invalid_argument {
+ public:
+  CandidateStartError(const std::string& what, bool hung) : std::invalid_argument(what), hung_(hung) {}
+  bool hung() const { return hung_; }
+
+ private:
+  bool hung_;
+};
+
 // Outputs by name ("y", "mean", "rstd", "residual_out", "dx", ...), each a dense row-major
 // tensor whose values belong to its dtype. An output the candidate does not produce is left
 // out (MISSING).
@@ -132,9 +146,13 @@ const std::vector<BuiltinEntry>& builtin_candidates();
 struct SpecOptions {
   bool isolate = false;
   double timeout_s = 0;
+  double startup_timeout_s = 0;  // subprocesses: up to the hello (0: the larger of timeout_s, 30 s)
   std::string self_exe;  // path of the normcheck executable (for `worker` children)
 };
 std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptions& opt = {});
+// The stand-in for a candidate that could not start (CandidateStartError): named `spec`, it
+// takes every case and fails each with the start error (CRASHED, or TIMEOUT when it hung).
+std::unique_ptr<Candidate> make_unstarted_candidate(const std::string& spec, const CandidateStartError& e);
 
 // The outputs a case produces: name -> (dtype, shape), the same set the reference computes.
 struct OutputSpec {
