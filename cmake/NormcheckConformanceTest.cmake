@@ -16,6 +16,8 @@
 #     [ISOLATE]                              # run the plugin in a child process: a crash is
 #                                            # reported as CRASHED for its case, not a dead test
 #     [ALLOW_EMPTY]                          # pass even when nothing was checked (below)
+#     [EXPECT_REJECT]                        # a mutant of your own mutation tests (candidate.h
+#                                            # NC_CAP_INTENDED_MUTANT): passes only if rejected
 #     [LABELS <label>...])
 #
 # The test passes when no case is FAILED, CRASHED, TIMEOUT or MISSING (UNSUPPORTED and
@@ -30,7 +32,7 @@
 # "cmd:python3 my_kernel.py" candidate can `import normcheck_protocol`.
 
 function(normcheck_add_conformance_test)
-  cmake_parse_arguments(PARSE_ARGV 0 NC "ISOLATE;ALLOW_EMPTY" "NAME;CANDIDATE;TIER;FIXTURES;JUNIT;JSON;PROPERTY_TESTS;SEED"
+  cmake_parse_arguments(PARSE_ARGV 0 NC "ISOLATE;ALLOW_EMPTY;EXPECT_REJECT" "NAME;CANDIDATE;TIER;FIXTURES;JUNIT;JSON;PROPERTY_TESTS;SEED"
                         "CASES;PROPERTIES;LABELS")
   if(NC_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "normcheck_add_conformance_test: unknown arguments: ${NC_UNPARSED_ARGUMENTS}")
@@ -99,6 +101,9 @@ function(normcheck_add_conformance_test)
   endif()
   if(NC_ALLOW_EMPTY)
     list(APPEND _args --allow-empty)
+  endif()
+  if(NC_EXPECT_REJECT)
+    list(APPEND _args --expect-reject)
   endif()
   add_test(NAME ${NC_NAME} COMMAND normcheck::normcheck ${_args})
   set(_tests ${NC_NAME})

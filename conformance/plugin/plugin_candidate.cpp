@@ -367,6 +367,10 @@ CandidateInfo info_of(const nc_candidate& d, std::string name, CandidateKind kin
   const std::string self = d.name ? d.name : "";
   const std::string what = d.description ? d.description : "";
   info.description = self.empty() ? what : what.empty() ? self : self + ": " + what;
+  if (d.flags & NC_CAP_INTENDED_MUTANT) {  // a library's own mutant: its description names the fault
+    info.kind = CandidateKind::mutant;
+    if (info.fault.empty()) info.fault = what.empty() ? self : what;
+  }
   Capabilities& caps = info.caps;
   caps.ops = from_bits(d.ops, {ref::Op::layernorm, ref::Op::rmsnorm});
   constexpr ref::DType kDtypes[] = {ref::DType::float64, ref::DType::float32, ref::DType::float16,

@@ -81,6 +81,11 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
  * zero FAILS like any other wrong value. Subnormal inputs are still read as the values they are
  * (denormals-are-zero on inputs is not covered). Added within ABI version 1. */
 #define NC_CAP_FLUSH_SUBNORMAL_OUTPUTS 0x20u
+/* The plugin is an intended mutant: a deliberately faulty kernel of the library's own mutation
+ * tests. It is listed and reported as a mutant ("rejected (as it must be)" / "NOT REJECTED"),
+ * and `normcheck run --expect-reject` (the CMake helper's EXPECT_REJECT) exits 0 only when it is
+ * rejected. `description` should name its fault. Added within ABI version 1. */
+#define NC_CAP_INTENDED_MUTANT 0x40u
 
 /* A strided host tensor. strides are in elements, non-negative, and need not be dense (the host
  * may pass padded, offset or permuted inputs: `normcheck prop`'s memory_layout_invariance passes

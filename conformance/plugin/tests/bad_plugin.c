@@ -98,6 +98,11 @@ static const nc_candidate kCandidate = {
     .struct_size = sizeof(nc_candidate),
 #endif
     .name = "bad_plugin",
+#ifdef BAD_INTENDED_MUTANT
+    /* A library's own mutant: its zeros must be rejected, and it says it is meant to be. */
+    .description = "writes zeros for y (the library's own mutation test)",
+    .flags = NC_CAP_INTENDED_MUTANT,
+#endif
     .ops = 1u << NC_LAYERNORM,
     .dtypes = 1u << NC_FLOAT32,
     .compute_dtypes = 1u << NC_FLOAT32,

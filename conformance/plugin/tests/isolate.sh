@@ -50,5 +50,14 @@ for iso in "" --isolate; do
     --cases ln_f32_normal >"$tmp/out" 2>&1
   grep -q "in case 'ln_f32_normal'" "$tmp/out" || bad "case id not passed to the plugin ${iso:-in process}"
 done
+# A plugin that declares itself an intended mutant (NC_CAP_INTENDED_MUTANT) is reported as a
+# mutant, in process and through the worker: --expect-reject passes when it is rejected.
+for iso in "" --isolate; do
+  "$normcheck" run --candidate "plugin:$(dirname "$segv")/libbad_plugin_intended_mutant.so" $iso --expect-reject \
+    --fixtures "$tmp/smoke.h5" "${cases[@]}" >"$tmp/out" 2>&1
+  code=$?
+  [[ $code -eq 0 ]] && grep -q "mutant .*rejected (as it must be)" "$tmp/out" ||
+    bad "intended mutant ${iso:-in process}: exit $code, $(tail -2 "$tmp/out")"
+done
 echo "isolate: $failed failures"
 [[ $failed -eq 0 ]]

@@ -331,6 +331,13 @@ TEST(BadPlugin, SupportsDeclinesWithItsReason) {
   EXPECT_EQ(k->declines(rms), "op rmsnorm not supported");
 }
 
+TEST(BadPlugin, IntendedMutantIsAMutant) {
+  const auto k = plugin(NC_BAD_INTENDED_MUTANT);
+  EXPECT_EQ(k->info().kind, CandidateKind::mutant);
+  EXPECT_EQ(k->info().fault, "writes zeros for y (the library's own mutation test)");
+  EXPECT_EQ(plugin(NC_BAD_DECLINES)->info().kind, CandidateKind::external);
+}
+
 TEST(BadPlugin, UnwrittenOutputIsMissing) {
   const Outputs out = plugin(NC_BAD_UNWRITTEN)->run(small_case({2, 8}));
   EXPECT_EQ(out.count("y"), 1u);
