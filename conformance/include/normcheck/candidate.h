@@ -85,7 +85,7 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
  * tests. It is listed and reported as a mutant ("rejected (as it must be)" / "NOT REJECTED"),
  * and `normcheck run --expect-reject` (the CMake helper's EXPECT_REJECT) exits 0 only when it is
  * rejected. `description` should name its fault. Added within ABI version 1. */
-#define NC_CAP_INTENDED_MUTANT 0x40u
+#define NC_CAP_INTENDED_MUTANT 0x100u
 
 /* A strided host tensor. strides are in elements, non-negative, and need not be dense (the host
  * may pass padded, offset or permuted inputs: `normcheck prop`'s memory_layout_invariance passes
