@@ -421,17 +421,6 @@ constexpr const char* kScript = R"JS(
 })();
 )JS";
 
-std::string script_safe(std::string s) {
-  // Nothing inlined may end the <script> element early.
-  for (std::size_t at = 0; (at = s.find("</", at)) != std::string::npos; at += 3) s.replace(at, 2, "<\\/");
-  return s;
-}
-
-std::string comment_safe(std::string s) {
-  for (std::size_t at = 0; (at = s.find("--", at)) != std::string::npos;) s.replace(at, 2, "- -");
-  return s;
-}
-
 }  // namespace
 
 std::string html(const Report& r, const std::string& plot_library, const std::string& license) {
@@ -549,10 +538,10 @@ std::string html(const Report& r, const std::string& plot_library, const std::st
            ? "<p class=\"bad\">No plots: the plotting library was not available when this report was written.</p>\n"
            : "<p style=\"font-size:12px;color:#555\">Plots drawn with Chart.js (MIT License; its license text is in a "
              "comment at the end of this page's source).</p>\n";
-  s += "<script type=\"application/json\" id=\"nc-data\">" + script_safe(plot_data(r).dump()) + "</script>\n";
-  if (!plot_library.empty()) s += "<script>\n" + script_safe(plot_library) + "\n</script>\n";
+  s += "<script type=\"application/json\" id=\"nc-data\">" + text::script_safe(plot_data(r).dump()) + "</script>\n";
+  if (!plot_library.empty()) s += "<script>\n" + text::script_safe(plot_library) + "\n</script>\n";
   s += "<script>" + std::string(kScript) + "</script>\n";
-  if (!license.empty()) s += "<!--\n" + comment_safe(license) + "\n-->\n";
+  if (!license.empty()) s += "<!--\n" + text::comment_safe(license) + "\n-->\n";
   return s + "</body></html>\n";
 }
 

@@ -155,4 +155,14 @@ std::string md_code(const std::string& s) {
   return fence + (pad ? " " : "") + body + (pad ? " " : "") + fence;
 }
 
+std::string script_safe(std::string s) {
+  for (std::size_t at = 0; (at = s.find("</", at)) != std::string::npos; at += 3) s.replace(at, 2, "<\\/");
+  return s;
+}
+
+std::string comment_safe(std::string s) {
+  for (std::size_t at = 0; (at = s.find("--", at)) != std::string::npos;) s.replace(at, 2, "- -");
+  return s;
+}
+
 }  // namespace normcheck::reports::text

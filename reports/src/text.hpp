@@ -42,4 +42,9 @@ std::string html_escape(const std::string& s);
 std::string md_cell(const std::string& s);      // a Markdown table cell: | escaped, newlines -> <br>
 std::string md_code(const std::string& s);      // an inline code span, backticks in s kept
 
+// Text inlined into a page: nothing in it may end the <script> element ("</" escaped) or the
+// HTML comment ("--" broken) early.
+std::string script_safe(std::string s);
+std::string comment_safe(std::string s);
+
 }  // namespace normcheck::reports::text
