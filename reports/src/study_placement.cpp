@@ -107,57 +107,15 @@ th{background:#f3f3f3} code{font-family:ui-monospace,monospace;font-size:12px}
 #nc-status{font-size:12px;color:#555;margin-top:2em}
 )CSS";
 
+// This page's plots, after text::page_script_prologue() (the page check and the shared helpers).
 constexpr const char* kScript = R"JS(
-(function () {
-  'use strict';
-  var statusEl = document.getElementById('nc-status');
-  var state = {errors: [], charts: 0, blank: 0, views: 0};
-  function update() {
-    var ok = state.errors.length === 0 && state.blank === 0;
-    statusEl.setAttribute('data-errors', String(state.errors.length));
-    statusEl.setAttribute('data-charts', String(state.charts));
-    statusEl.setAttribute('data-blank', String(state.blank));
-    statusEl.setAttribute('data-views', String(state.views));
-    statusEl.setAttribute('data-status', ok ? 'ok' : 'bad');
-    statusEl.textContent = 'page check: ' + (ok ? 'ok' : 'PROBLEMS') + ', ' + state.charts + ' plots drawn in ' +
-        state.views + ' views, ' + state.blank + ' blank, ' + state.errors.length + ' script errors' +
-        (state.errors.length ? ': ' + state.errors.join(' | ') : '');
-  }
-  function record(msg) { state.errors.push(String(msg)); update(); }
-  window.addEventListener('error', function (e) { record('error: ' + e.message); });
-  var consoleError = console.error;
-  console.error = function () { record('console.error: ' + Array.prototype.join.call(arguments, ' ')); consoleError.apply(console, arguments); };
-  var data = JSON.parse(document.getElementById('nc-data').textContent);
-  if (typeof Chart === 'undefined') {
-    statusEl.setAttribute('data-status', 'no-plot-library');
-    statusEl.textContent = 'page check: the plotting library is missing; no plots';
-    return;
-  }
-  Chart.defaults.animation = false;
-  Chart.defaults.font.size = 11;
   // One look per placement: colour, marker shape and dash, so that the lines read without colour.
   var looks = {post: ['#1f5fa8', 'circle', []], pre: ['#c2410c', 'triangle', [6, 3]],
                sandwich: ['#2e7d32', 'rect', [2, 2]], deepnorm: ['#6a1b9a', 'crossRot', [10, 3, 2, 3]]};
   function look(p) { return looks[p] || ['#37474f', 'star', []]; }
-  function num(v) { return typeof v === 'number' ? v : (v === 'inf' ? Infinity : (v === '-inf' ? -Infinity : NaN)); }
-  function decade(v) {
-    var l = Math.round(Math.log10(v));
-    return Math.abs(Math.log10(v) - l) < 1e-9 ? (l === 0 ? '1' : '1e' + l) : '';
-  }
-  var charts = [];
-  function drawn(chart) {
-    var cv = chart.canvas, px = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
-    for (var i = 3; i < px.length; i += 4) if (px[i] !== 0) return true;
-    return false;
-  }
   // series: [{label, placement, points: [{x, y}]}]; log: log y axis (non-positive values left out
   // and counted in the note); logx: log x axis.
   function plot(parent, title, xTitle, yTitle, series, log, logx, note) {
-    var box = document.createElement('div'); box.className = 'plot';
-    var h = document.createElement('h4'); h.textContent = title; box.appendChild(h);
-    var cv = document.createElement('canvas'); cv.width = 460; cv.height = 250;
-    cv.setAttribute('role', 'img'); cv.setAttribute('aria-label', title);
-    box.appendChild(cv); parent.appendChild(box);
     var dropped = 0, any = false;
     var sets = series.map(function (s) {
       var lk = look(s.placement);
@@ -174,16 +132,13 @@ constexpr const char* kScript = R"JS(
     if (log) { yAxis.type = 'logarithmic'; yAxis.ticks = {callback: decade}; } else { yAxis.beginAtZero = true; }
     var xAxis = {type: logx ? 'logarithmic' : 'linear', title: {display: true, text: xTitle + (logx ? ' (log)' : '')}};
     if (logx) xAxis.ticks = {callback: function (v) { return [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64].indexOf(v) >= 0 ? String(v) : ''; }};
-    var chart = new Chart(cv, {type: 'scatter', data: {datasets: sets},
-      options: {responsive: false, scales: {x: xAxis, y: yAxis}, plugins: {legend: {labels: {usePointStyle: true}}}}});
-    charts.push(chart);
-    state.charts += 1;
-    if (!drawn(chart)) { state.blank += 1; record('blank plot: ' + title); }
+    var chart = make(parent, title, {type: 'scatter', data: {datasets: sets},
+      options: {scales: {x: xAxis, y: yAxis}, plugins: {legend: {labels: {usePointStyle: true}}}}}, 460);
     var notes = [];
     if (note) notes.push(note);
     if (!any) notes.push('no value to draw at this setting');
     else if (dropped) notes.push(dropped + ' points not drawn (' + (log ? 'zero, negative or ' : '') + 'not finite)');
-    if (notes.length) { var p = document.createElement('p'); p.textContent = notes.join('; '); box.appendChild(p); }
+    if (notes.length) { var p = document.createElement('p'); p.textContent = notes.join('; '); chart.canvas.parentNode.appendChild(p); }
     return chart;
   }
   function runsOf(norm, layers) {
@@ -332,7 +287,7 @@ std::string study_placement_html(const std::string& json_text, const std::string
                               "text is in a comment at the end of this page's source).</p>\n";
   s += "<script type=\"application/json\" id=\"nc-data\">" + text::script_safe(j.dump()) + "</script>\n";
   if (!plot_library.empty()) s += "<script>\n" + text::script_safe(plot_library) + "\n</script>\n";
-  s += "<script>" + std::string(kScript) + "</script>\n";
+  s += "<script>" + std::string(text::page_script_prologue()) + kScript + "</script>\n";
   if (!license.empty()) s += "<!--\n" + text::comment_safe(license) + "\n-->\n";
   return s + "</body></html>\n";
 }

@@ -8,18 +8,8 @@
 set -uo pipefail
 nc="$1" work="$2"
 rm -rf "$work" && mkdir -p "$work"
-fails=0
-check() {
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-browser="$(command -v chromium || command -v chromium-browser || true)"
-if [[ -z "$browser" ]]; then
-  echo "FAIL chromium is not installed (scripts/install-deps.sh installs it)"
-  exit 1
-fi
-flags=(--headless --no-sandbox --disable-gpu --disable-background-networking --disable-extensions
-       --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=20000)
+virtual_time_budget=20000
+source "$(dirname "$0")/chromium_common.sh"
 
 "$nc" study placement --layers 6,12,24 --steps 2 --lowp-every 1 --json "$work/study.json" --html "$work/page" \
   --markdown "$work/study.md" >"$work/study.out" 2>&1
