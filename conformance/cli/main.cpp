@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       fmt::print("normcheck-fixtures 1\n");
       fmt::print("normcheck-results 1\n");
       fmt::print("normcheck-report-summary 1\n");
+      fmt::print("normcheck-study-placement 1\n");
       fmt::print("candidate-abi 1\n");
       return 0;
     }
