@@ -11,6 +11,7 @@
 #include <cmath>
 #include <exception>
 #include <mutex>
+#include <numbers>
 #include <thread>
 
 #include "kernels.hpp"
@@ -85,7 +86,7 @@ class Rng {
       have_ = false;
       return spare_;
     }
-    const double r = std::sqrt(-2.0 * std::log(uniform())), a = 2.0 * M_PI * uniform();
+    const double r = std::sqrt(-2.0 * std::log(uniform())), a = 2.0 * std::numbers::pi * uniform();
     spare_ = r * std::sin(a);
     have_ = true;
     return r * std::cos(a);
