@@ -201,13 +201,14 @@ constexpr const char* kScript = R"JS(
       function counts(get) {
         return perLayer(runs, step, function (s) {
           var c = (s.lowp || []).filter(function (x) { return x.dtype === dt; })[0];
-          return c ? get(c).slice(0, -1) : [];
+          return c ? get(c) : [];  // L + 1 values: the layers, then the final norm
         });
       }
       function sum(a, b) { return a.map(function (v, i) { return v + b[i]; }); }
       var scale = data.options.loss_scale;
       plot(lp, dt + ': overflows to inf per layer' + head, 'layer', 'values (forward + backward)',
-           counts(function (c) { return sum(c.fwd_inf, c.bwd_inf); }), false, false, 'backward with loss scale ' + scale);
+           counts(function (c) { return sum(c.fwd_inf, c.bwd_inf); }), false, false,
+           'backward with loss scale ' + scale + '; layer ' + (layers + 1) + ' is the final norm (pre, sandwich; 0 for the others)');
       plot(lp, dt + ': NaNs per layer' + head, 'layer', 'values (forward + backward)',
            counts(function (c) { return sum(c.fwd_nan, c.bwd_nan); }), false);
       plot(lp, dt + ': subnormal values per layer (flushed by FTZ)' + head, 'layer', 'values (forward + backward)',
