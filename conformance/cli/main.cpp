@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   normcheck::cli::Runner run_report = normcheck::cli::add_report_command(app);
   normcheck::cli::Runner run_audit = normcheck::cli::add_audit_command(app, args);
   normcheck::cli::Runner run_prop = normcheck::cli::add_prop_command(app, args);
+  normcheck::cli::Runner run_study = normcheck::cli::add_study_command(app, args);
 
   try {
     app.parse(argc, argv);
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
       fmt::print("normcheck-fixtures 1\n");
       fmt::print("normcheck-results 1\n");
       fmt::print("normcheck-report-summary 1\n");
+      fmt::print("normcheck-study-placement 1\n");
       fmt::print("candidate-abi 1\n");
       return 0;
     }
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("report")) return run_report();
     if (app.got_subcommand("audit")) return run_audit();
     if (app.got_subcommand("prop")) return run_prop();
+    if (app.got_subcommand("study")) return run_study();
     for (const char* name : {"candidates", "run", "check"})
       if (app.got_subcommand(name)) return run_harness();
   } catch (const std::exception& e) {

@@ -230,37 +230,9 @@ details.case{margin:.3em 0;border-left:3px solid #ccc;padding-left:.6em}
 #nc-status{font-size:12px;color:#555;margin-top:2em}
 )CSS";
 
+// The page's own script: the page check and the plot helpers every page shares
+// (text::page_script_prologue), then this page's plots.
 constexpr const char* kScript = R"JS(
-(function () {
-  'use strict';
-  var statusEl = document.getElementById('nc-status');
-  var state = {errors: [], charts: 0, blank: 0, runs: 0};
-  function update() {
-    statusEl.setAttribute('data-errors', String(state.errors.length));
-    statusEl.setAttribute('data-charts', String(state.charts));
-    statusEl.setAttribute('data-blank', String(state.blank));
-    statusEl.setAttribute('data-runs-rendered', String(state.runs));
-    var ok = state.errors.length === 0 && state.blank === 0;
-    statusEl.setAttribute('data-status', ok ? 'ok' : 'bad');
-    statusEl.textContent = 'page check: ' + (ok ? 'ok' : 'PROBLEMS') + ', ' + state.charts + ' plots drawn, ' +
-        state.blank + ' blank, ' + state.errors.length + ' script errors' +
-        (state.errors.length ? ': ' + state.errors.join(' | ') : '');
-  }
-  function record(msg) { state.errors.push(String(msg)); update(); }
-  window.addEventListener('error', function (e) { record('error: ' + e.message); });
-  var consoleError = console.error;
-  console.error = function () {
-    record('console.error: ' + Array.prototype.join.call(arguments, ' '));
-    consoleError.apply(console, arguments);
-  };
-  var data = JSON.parse(document.getElementById('nc-data').textContent);
-  if (typeof Chart === 'undefined') {
-    statusEl.setAttribute('data-status', 'no-plot-library');
-    statusEl.textContent = 'page check: the plotting library is missing; no plots';
-    return;
-  }
-  Chart.defaults.animation = false;
-  Chart.defaults.font.size = 11;
   var markers = ['circle', 'triangle', 'rect', 'crossRot', 'star', 'rectRot', 'cross', 'dash', 'line'];
   var colours = ['#1f5fa8', '#c2410c', '#2e7d32', '#6a1b9a', '#8d6e00', '#00838f', '#ad1457', '#4e342e', '#37474f'];
   function hatch(colour) {
@@ -272,34 +244,6 @@ constexpr const char* kScript = R"JS(
     g.beginPath(); g.moveTo(0, 8); g.lineTo(8, 0); g.moveTo(-2, 2); g.lineTo(2, -2); g.moveTo(6, 10); g.lineTo(10, 6);
     g.stroke();
     return g.createPattern(c, 'repeat');
-  }
-  function num(v) { return typeof v === 'number' ? v : (v === 'inf' ? Infinity : (v === '-inf' ? -Infinity : NaN)); }
-  var charts = [];
-  function drawn(chart) {
-    var cv = chart.canvas, g = cv.getContext('2d');
-    var px = g.getImageData(0, 0, cv.width, cv.height).data;
-    for (var i = 3; i < px.length; i += 4) if (px[i] !== 0) return true;
-    return false;
-  }
-  function make(parent, title, config, width) {
-    var box = document.createElement('div');
-    box.className = 'plot';
-    var h = document.createElement('h4');
-    h.textContent = title;
-    box.appendChild(h);
-    var cv = document.createElement('canvas');
-    cv.width = width || 440; cv.height = 240;
-    cv.setAttribute('role', 'img');
-    cv.setAttribute('aria-label', title);
-    box.appendChild(cv);
-    parent.appendChild(box);
-    config.options = config.options || {};
-    config.options.responsive = false;
-    var chart = new Chart(cv, config);
-    charts.push(chart);
-    state.charts += 1;
-    if (!drawn(chart)) { state.blank += 1; record('blank plot: ' + title); }
-    return chart;
   }
   // A histogram over the fixed log2 bins of RESULTS.md: exact zeros, 2^k ... 2^(k+1), infinite.
   function histogram(parent, title, h, log2min, xTitle, splitAtOne) {
@@ -328,11 +272,6 @@ constexpr const char* kScript = R"JS(
       options: {scales: {x: {stacked: true, title: {display: true, text: xTitle}},
                          y: {stacked: true, title: {display: true, text: 'elements'}}},
                 plugins: {legend: {display: true, labels: {boxWidth: 14}}}}});
-  }
-  // Log-axis ticks at powers of ten only, written 1e-3 ... 1e6.
-  function decade(v) {
-    var l = Math.round(Math.log10(v));
-    return Math.abs(Math.log10(v) - l) < 1e-9 ? (l === 0 ? '1' : '1e' + l) : '';
   }
   function clamp(v, lo, hi) { return v < lo ? lo : (v > hi ? hi : v); }
   // One output's rows: the largest error over the allowance against |mean|/sigma, log-log.
@@ -399,7 +338,7 @@ constexpr const char* kScript = R"JS(
     if (!run.hist.length && !run.rows.length) {
       var p = document.createElement('p'); p.textContent = 'No per-element data for this candidate (nothing compared, or results written before the histograms were added).'; box.appendChild(p);
     }
-    state.runs += 1;
+    state.views += 1;
     update();
   }
   data.runs.forEach(function (r, i) {
@@ -420,17 +359,6 @@ constexpr const char* kScript = R"JS(
   update();
 })();
 )JS";
-
-std::string script_safe(std::string s) {
-  // Nothing inlined may end the <script> element early.
-  for (std::size_t at = 0; (at = s.find("</", at)) != std::string::npos; at += 3) s.replace(at, 2, "<\\/");
-  return s;
-}
-
-std::string comment_safe(std::string s) {
-  for (std::size_t at = 0; (at = s.find("--", at)) != std::string::npos;) s.replace(at, 2, "- -");
-  return s;
-}
 
 }  // namespace
 
@@ -549,10 +477,10 @@ std::string html(const Report& r, const std::string& plot_library, const std::st
            ? "<p class=\"bad\">No plots: the plotting library was not available when this report was written.</p>\n"
            : "<p style=\"font-size:12px;color:#555\">Plots drawn with Chart.js (MIT License; its license text is in a "
              "comment at the end of this page's source).</p>\n";
-  s += "<script type=\"application/json\" id=\"nc-data\">" + script_safe(plot_data(r).dump()) + "</script>\n";
-  if (!plot_library.empty()) s += "<script>\n" + script_safe(plot_library) + "\n</script>\n";
-  s += "<script>" + std::string(kScript) + "</script>\n";
-  if (!license.empty()) s += "<!--\n" + comment_safe(license) + "\n-->\n";
+  s += "<script type=\"application/json\" id=\"nc-data\">" + text::script_safe(plot_data(r).dump()) + "</script>\n";
+  if (!plot_library.empty()) s += "<script>\n" + text::script_safe(plot_library) + "\n</script>\n";
+  s += "<script>" + std::string(text::page_script_prologue()) + kScript + "</script>\n";
+  if (!license.empty()) s += "<!--\n" + text::comment_safe(license) + "\n-->\n";
   return s + "</body></html>\n";
 }
 

@@ -155,4 +155,82 @@ std::string md_code(const std::string& s) {
   return fence + (pad ? " " : "") + body + (pad ? " " : "") + fence;
 }
 
+std::string script_safe(std::string s) {
+  for (std::size_t at = 0; (at = s.find("</", at)) != std::string::npos; at += 3) s.replace(at, 2, "<\\/");
+  return s;
+}
+
+std::string comment_safe(std::string s) {
+  for (std::size_t at = 0; (at = s.find("--", at)) != std::string::npos;) s.replace(at, 2, "- -");
+  return s;
+}
+
+const char* page_script_prologue() {
+  return R"JS(
+(function () {
+  'use strict';
+  var statusEl = document.getElementById('nc-status');
+  var state = {errors: [], charts: 0, blank: 0, views: 0};
+  function update() {
+    statusEl.setAttribute('data-errors', String(state.errors.length));
+    statusEl.setAttribute('data-charts', String(state.charts));
+    statusEl.setAttribute('data-blank', String(state.blank));
+    statusEl.setAttribute('data-views', String(state.views));
+    var ok = state.errors.length === 0 && state.blank === 0;
+    statusEl.setAttribute('data-status', ok ? 'ok' : 'bad');
+    statusEl.textContent = 'page check: ' + (ok ? 'ok' : 'PROBLEMS') + ', ' + state.charts + ' plots drawn, ' +
+        state.blank + ' blank, ' + state.errors.length + ' script errors' +
+        (state.errors.length ? ': ' + state.errors.join(' | ') : '');
+  }
+  function record(msg) { state.errors.push(String(msg)); update(); }
+  window.addEventListener('error', function (e) { record('error: ' + e.message); });
+  var consoleError = console.error;
+  console.error = function () {
+    record('console.error: ' + Array.prototype.join.call(arguments, ' '));
+    consoleError.apply(console, arguments);
+  };
+  var data = JSON.parse(document.getElementById('nc-data').textContent);
+  if (typeof Chart === 'undefined') {
+    statusEl.setAttribute('data-status', 'no-plot-library');
+    statusEl.textContent = 'page check: the plotting library is missing; no plots';
+    return;
+  }
+  Chart.defaults.animation = false;
+  Chart.defaults.font.size = 11;
+  function num(v) { return typeof v === 'number' ? v : (v === 'inf' ? Infinity : (v === '-inf' ? -Infinity : NaN)); }
+  var charts = [];
+  function drawn(chart) {
+    var cv = chart.canvas, g = cv.getContext('2d');
+    var px = g.getImageData(0, 0, cv.width, cv.height).data;
+    for (var i = 3; i < px.length; i += 4) if (px[i] !== 0) return true;
+    return false;
+  }
+  function make(parent, title, config, width) {
+    var box = document.createElement('div');
+    box.className = 'plot';
+    var h = document.createElement('h4');
+    h.textContent = title;
+    box.appendChild(h);
+    var cv = document.createElement('canvas');
+    cv.width = width || 440; cv.height = 240;
+    cv.setAttribute('role', 'img');
+    cv.setAttribute('aria-label', title);
+    box.appendChild(cv);
+    parent.appendChild(box);
+    config.options = config.options || {};
+    config.options.responsive = false;
+    var chart = new Chart(cv, config);
+    charts.push(chart);
+    state.charts += 1;
+    if (!drawn(chart)) { state.blank += 1; record('blank plot: ' + title); }
+    return chart;
+  }
+  // Log-axis ticks at powers of ten only, written 1e-3 ... 1e6.
+  function decade(v) {
+    var l = Math.round(Math.log10(v));
+    return Math.abs(Math.log10(v) - l) < 1e-9 ? (l === 0 ? '1' : '1e' + l) : '';
+  }
+)JS";
+}
+
 }  // namespace normcheck::reports::text

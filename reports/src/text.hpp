@@ -42,4 +42,16 @@ std::string html_escape(const std::string& s);
 std::string md_cell(const std::string& s);      // a Markdown table cell: | escaped, newlines -> <br>
 std::string md_code(const std::string& s);      // an inline code span, backticks in s kept
 
+// Text inlined into a page: nothing in it may end the <script> element ("</" escaped) or the
+// HTML comment ("--" broken) early.
+std::string script_safe(std::string s);
+std::string comment_safe(std::string s);
+
+// The start of every page's script (html.cpp, study_placement.cpp): it opens the function the
+// page's own script closes, and defines the page check (#nc-status: data-status, data-errors,
+// data-charts, data-blank, data-views; update(), record(), the error hooks), `data` (parsed from
+// #nc-data), `charts`, num(), drawn(), make(parent, title, config, width) (a titled canvas,
+// counted and checked for pixels) and decade(); it returns early when Chart.js is missing.
+const char* page_script_prologue();
+
 }  // namespace normcheck::reports::text

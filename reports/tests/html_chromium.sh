@@ -9,18 +9,7 @@
 set -uo pipefail
 nc="$1" data="$2" smoke="$3" xsd="$4" work="$5"
 rm -rf "$work" && mkdir -p "$work"
-fails=0
-check() {
-  local name="$1"; shift
-  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
-}
-browser="$(command -v chromium || command -v chromium-browser || true)"
-if [[ -z "$browser" ]]; then
-  echo "FAIL chromium is not installed (scripts/install-deps.sh installs it)"
-  exit 1
-fi
-flags=(--headless --no-sandbox --disable-gpu --disable-background-networking --disable-extensions
-       --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=10000)
+source "$(dirname "$0")/chromium_common.sh"
 
 page() {  # page NAME HTML_DIR EXPECTED_MIN_PLOTS
   local name="$1" dir="$2" min="$3"

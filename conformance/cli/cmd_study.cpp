@@ -1,0 +1,153 @@
+// `normcheck study placement`: parses the options, runs the study (conformance/study/), writes
+// its results file and hands that file's text to reports/ for the HTML page and the Markdown
+// summary. Every option is checked and every target tested before the study runs: bad input
+// writes nothing.
+#include <fmt/core.h>
+
+#include <filesystem>
+
+#include "commands.hpp"
+#include "normcheck/reports/study.hpp"
+#include "normcheck/study/placement.hpp"
+#include "normcheck/version.hpp"
+
+namespace normcheck::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct StudyArgs {
+  std::vector<std::string> placements{"post", "pre", "sandwich", "deepnorm"}, norms{"layernorm", "rmsnorm"};
+  std::vector<std::string> lowp{"float16", "bfloat16"};
+  std::string activation = "relu", optimizer = "adam", json, html_dir, markdown;
+  std::optional<double> alpha, beta;
+  study::PlacementOptions o;
+  bool force = false;
+};
+
+// The options into o, or a StudyInputError naming the flag.
+void parse(StudyArgs& a) {
+  auto& o = a.o;
+  o.placements.clear();
+  for (const auto& s : a.placements) {
+    const auto p = study::parse_placement(s);
+    if (!p) throw study::StudyInputError("--placement", fmt::format("unknown placement '{}' (post, pre, sandwich, deepnorm)", s));
+    o.placements.push_back(*p);
+  }
+  o.norms.clear();
+  for (const auto& s : a.norms) {
+    if (s == "layernorm") o.norms.push_back(ref::Op::layernorm);
+    else if (s == "rmsnorm") o.norms.push_back(ref::Op::rmsnorm);
+    else throw study::StudyInputError("--norm", fmt::format("unknown norm '{}' (layernorm, rmsnorm)", s));
+  }
+  o.lowp.clear();
+  for (const auto& s : a.lowp) {
+    if (s == "none") continue;
+    const auto t = ref::parse_dtype(s);
+    if (!t || *t == ref::DType::float64)
+      throw study::StudyInputError("--lowp", fmt::format("'{}' is not a low-precision dtype (float16, bfloat16, float32, none)", s));
+    o.lowp.push_back(*t);
+  }
+  if (a.activation == "relu") o.activation = ref::Activation::relu;
+  else if (a.activation == "gelu") o.activation = ref::Activation::gelu;
+  else throw study::StudyInputError("--activation", fmt::format("unknown activation '{}' (relu, gelu)", a.activation));
+  if (a.optimizer == "adam") o.optimizer = study::Optimizer::adam;
+  else if (a.optimizer == "sgd") o.optimizer = study::Optimizer::sgd;
+  else throw study::StudyInputError("--optimizer", fmt::format("unknown optimizer '{}' (adam, sgd)", a.optimizer));
+  o.deepnorm_alpha = a.alpha;
+  o.deepnorm_beta = a.beta;
+  study::validate(o);
+}
+
+int run_study(StudyArgs& a, const std::vector<std::string>& argv_all) {
+  const char* me = "normcheck study placement";
+  try {
+    parse(a);
+  } catch (const study::StudyInputError& e) {
+    fmt::print(stderr, "{}: {}\n", me, e.what());
+    return kExitBadInput;
+  }
+  const std::string html_path = a.html_dir.empty() ? "" : (fs::path(a.html_dir) / "index.html").string();
+  for (const auto& p : {a.json, html_path, a.markdown})
+    if (!p.empty() && !a.force && fs::exists(p)) {
+      fmt::print(stderr, "{}: {} exists; pass --force to replace it\n", me, p);
+      return kExitBadInput;
+    }
+  reports::PlotLibrary lib;
+  if (!html_path.empty()) {
+    try {
+      lib = reports::load_plot_library();
+    } catch (const reports::ReportError& e) {
+      fmt::print(stderr, "{}: {}\n", me, e.what());
+      return kExitBadInput;
+    }
+  }
+  const study::StudyResult r = study::run_placement_study(a.o);
+  const auto checks = study::paper_checks(r);
+  std::string command = "normcheck";
+  for (const auto& s : argv_all) command += " " + quote(s);
+  const std::string json = study::to_json(r, checks, command, fmt::format("normcheck {}", kVersion)).dump(1) + "\n";
+  for (const auto& c : checks) fmt::print("{:<15} {}: {}\n", c.status, c.id, c.measured);
+  fmt::print("{} stacks in {:.1f} s\n", r.runs.size(), r.seconds);
+  // Every document is made before anything is written.
+  std::vector<std::pair<std::string, std::string>> docs;
+  if (!a.json.empty()) docs.emplace_back(a.json, json);
+  try {
+    const std::string source = a.json.empty() ? "(the study's results)" : a.json;
+    if (!html_path.empty()) docs.emplace_back(html_path, reports::study_placement_html(json, source, lib.js, lib.license));
+    if (!a.markdown.empty()) docs.emplace_back(a.markdown, reports::study_placement_markdown(json, source));
+    for (const auto& [path, text] : docs) {
+      const fs::path parent = fs::path(path).parent_path();
+      std::error_code ec;
+      if (!parent.empty()) fs::create_directories(parent, ec);
+      if (ec) throw reports::ReportError(fmt::format("{}: cannot create the directory: {}", parent.string(), ec.message()));
+    }
+    for (const auto& [path, text] : docs) {
+      reports::write_file_atomic(path, text, a.force);
+      fmt::print("study: {}\n", path);
+    }
+  } catch (const reports::ReportError& e) {
+    fmt::print(stderr, "{}: {}\n", me, e.what());
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner add_study_command(CLI::App& app, std::vector<std::string>& argv_all) {
+  auto a = std::make_shared<StudyArgs>();
+  auto* study = app.add_subcommand("study", "Studies of normalization placements, computed by the suite's own kernels");
+  study->require_subcommand(1);
+  auto* cmd = study->add_subcommand(
+      "placement", "Post-LN, Pre-LN, Sandwich and DeepNorm stacks: per-layer gradient and activation norms, the model "
+                   "update and low-precision overflow counts, checked against Xiong et al. 2020 and Wang et al. 2022 "
+                   "(conformance/study/README.md)");
+  auto& o = a->o;
+  cmd->add_option("--placement", a->placements, "Placements, comma-separated (post,pre,sandwich,deepnorm)")->delimiter(',');
+  cmd->add_option("--norm", a->norms, "Norms, comma-separated (layernorm,rmsnorm)")->delimiter(',');
+  cmd->add_option("--layers", o.depths, "Depths L, comma-separated (6,12,24,48; 1 to 64)")->delimiter(',');
+  cmd->add_option("--d-model", o.d_model, "Width d (32)");
+  cmd->add_option("--d-ff", o.d_ff, "FFN width (128)");
+  cmd->add_option("--tokens", o.tokens, "Tokens in the batch (16)");
+  cmd->add_option("--activation", a->activation, "FFN activation: relu (default) or gelu");
+  cmd->add_option("--eps", o.epsilon, "Norm epsilon (1e-5)");
+  cmd->add_option("--deepnorm-alpha", a->alpha, "DeepNorm's residual weight (default (2N)^(1/4), N = L)");
+  cmd->add_option("--deepnorm-beta", a->beta, "DeepNorm's FFN init gain (default (8N)^(-1/4), N = L)");
+  cmd->add_option("--optimizer", a->optimizer, "adam (default) or sgd");
+  cmd->add_option("--lr", o.lr, "Learning rate (1e-4)");
+  cmd->add_option("--steps", o.steps, "Optimizer steps after initialization (4)");
+  cmd->add_option("--lowp", a->lowp, "Compute dtypes of the overflow counts, comma-separated, or none (float16,bfloat16)")
+      ->delimiter(',');
+  cmd->add_option("--loss-scale", o.loss_scale, "Loss scale of the low-precision backward (65536, GradScaler's initial scale)");
+  cmd->add_option("--lowp-every", o.lowp_every, "Count at every k-th step and the last too (0: at initialization only)");
+  cmd->add_option("--seed", o.seed, "Seed of the weights and the data");
+  cmd->add_option("--threads", o.threads, "Threads (0: all cores)");
+  cmd->add_option("--json", a->json, "Write the results file (normcheck-study-placement v1) here");
+  cmd->add_option("--html", a->html_dir, "Write the page, DIR/index.html");
+  cmd->add_option("--markdown", a->markdown, "Write the Markdown summary here");
+  cmd->add_flag("--force", a->force, "Replace existing output files");
+  return [a, &argv_all] { return run_study(*a, argv_all); };
+}
+
+}  // namespace normcheck::cli

@@ -1,0 +1,183 @@
+// The placement study (`normcheck study placement`, README.md in this folder): stacks of L
+// residual blocks in each placement (post, pre, sandwich, deepnorm), run by the suite's own CPU
+// block kernel (forward and backward, float64 for the norms, float16/bfloat16 for the overflow
+// counts), at initialization and over a few deterministic optimizer steps on a synthetic
+// regression target; per layer the FFN weight-gradient norms, the activation norms, the model
+// update ||ΔF|| and the inf/NaN/subnormal counts; and the checks of the shapes Xiong et al. 2020
+// and Wang et al. 2022 predict.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normcheck/reference/case.hpp"
+
+namespace normcheck::study {
+
+enum class Placement : std::uint8_t { post, pre, sandwich, deepnorm };
+enum class Optimizer : std::uint8_t { sgd, adam };
+
+std::string_view name_of(Placement p);
+std::string_view name_of(Optimizer o);
+std::optional<Placement> parse_placement(std::string_view s);
+ref::Block block_of(Placement p);
+
+// Bad options: `argument()` is the command-line flag at fault ("--layers", "--d-model" ...).
+class StudyInputError : public std::runtime_error {
+ public:
+  StudyInputError(std::string argument, const std::string& message);
+  const std::string& argument() const { return argument_; }
+
+ private:
+  std::string argument_;
+};
+
+// Ranges accepted (validate()); the memory check comes on top of them.
+inline constexpr std::int64_t kMinDModel = 2, kMaxDModel = 8192;
+inline constexpr std::int64_t kMaxDff = 65536, kMaxTokens = 4096, kMaxSteps = 1000;
+inline constexpr std::int64_t kMaxLayers = ref::kMaxLayers;  // 64
+
+struct PlacementOptions {
+  std::vector<Placement> placements{Placement::post, Placement::pre, Placement::sandwich, Placement::deepnorm};
+  std::vector<ref::Op> norms{ref::Op::layernorm, ref::Op::rmsnorm};
+  std::vector<std::int64_t> depths{6, 12, 24, 48};
+  std::int64_t d_model = 32, d_ff = 128, tokens = 16;
+  ref::Activation activation = ref::Activation::relu;  // Xiong et al.'s analysis is of a ReLU FFN
+  double epsilon = 1e-5;
+  // DeepNorm's constants; unset: DeepNet's alpha = (2N)^(1/4), beta = (8N)^(-1/4), N = L.
+  std::optional<double> deepnorm_alpha, deepnorm_beta;
+  Optimizer optimizer = Optimizer::adam;
+  double lr = 1e-4;
+  std::int64_t steps = 4;
+  // Compute dtypes of the overflow counts (float16, bfloat16), the loss scale of their backward,
+  // and at which steps they are counted (every `lowp_every`-th and the last; 0: at init only).
+  std::vector<ref::DType> lowp{ref::DType::float16, ref::DType::bfloat16};
+  double loss_scale = 65536.0;
+  std::int64_t lowp_every = 0;
+  std::uint64_t seed = 20260;
+  int threads = 0;                     // 0: std::thread::hardware_concurrency()
+  std::int64_t memory_limit_bytes = 0;  // 0: half the machine's physical memory
+};
+
+// Throws StudyInputError naming the argument: empty lists, a depth, width, token count, step
+// count, rate or constant out of range, or arrays that would not fit in the memory limit.
+void validate(const PlacementOptions& o);
+// Bytes the study holds at once (threads × the largest stack's parameters, optimizer state,
+// gradients and activations), as a double so that it cannot overflow.
+double memory_estimate(const PlacementOptions& o);
+double deepnorm_alpha(const PlacementOptions& o, std::int64_t layers);
+double deepnorm_beta(const PlacementOptions& o, std::int64_t layers);
+
+// ---- one stack --------------------------------------------------------------------------
+
+// One layer's parameters (binary64): FFN W1 [F, D], b1 [F], W2 [D, F], b2 [D], the norms'
+// weight and bias [K, D] (K = 2 for sandwich).
+struct LayerParams {
+  std::vector<double> w1, b1, w2, b2, weight, bias;
+};
+
+// A stack: the placement, the norm, L layers, and the final norm of pre and sandwich (Xiong et
+// al.'s Pre-LN ends with one; post and deepnorm end normalized already).
+struct Stack {
+  Placement placement = Placement::post;
+  ref::Op norm = ref::Op::layernorm;
+  ref::Activation activation = ref::Activation::relu;
+  double epsilon = 1e-5, alpha = 1.0, beta = 1.0;
+  std::int64_t d = 0, f = 0;
+  std::vector<LayerParams> layers;
+  bool final_norm = false;
+  std::vector<double> final_weight, final_bias;  // [D]
+};
+
+// Xavier-normal FFN weights (std = gain sqrt(2 / (fan_in + fan_out)), gain beta for deepnorm,
+// 1 otherwise), zero biases, norm weights 1 and biases 0. The weights of layer l depend on
+// (seed, L, l, D, F) only, so that every placement and norm of a depth starts from the same draw.
+Stack make_stack(const PlacementOptions& o, Placement p, ref::Op norm, std::int64_t layers);
+
+// The synthetic data: tokens × D inputs x ~ N(0, 1), and the regression target t = x A with
+// A ~ N(0, 1/D) (D × D), a random linear teacher; from the seed alone.
+struct Data {
+  std::int64_t tokens = 0, d = 0;
+  std::vector<double> x, target;  // [tokens, D]
+};
+Data make_data(const PlacementOptions& o);
+
+// A forward and backward pass of the loss (1 / (2 tokens)) ||y - t||_F^2 through the stack in
+// one dtype (x, parameters, output and compute all `dtype`; parameters and inputs rounded to
+// it), one block-kernel call per layer and direction. The backward's dy is multiplied by
+// `loss_scale`. Gradients of the parameters are the kernel's (scaled by loss_scale).
+struct Pass {
+  std::vector<std::vector<double>> acts;  // acts[l]: the input of layer l [tokens, D]; acts[L] the stack's output
+  std::vector<double> y;                  // the model output (after the final norm, if any)
+  double loss = 0;
+  std::vector<std::vector<double>> dacts;  // dacts[l]: gradient at acts[l] (the kernels' dx, dy of layer l-1)
+  std::vector<LayerParams> grads;          // per layer, same shapes as LayerParams
+  std::vector<double> final_dweight, final_dbias;
+  // Per layer: non-finite and subnormal values among what the layer hands on (forward: its
+  // output; backward: its dx and every parameter gradient). Index L: the final norm.
+  std::vector<std::int64_t> fwd_inf, fwd_nan, fwd_sub, bwd_inf, bwd_nan, bwd_sub;
+};
+Pass run_pass(const Stack& s, const Data& data, ref::DType dtype, double loss_scale = 1.0, bool backward = true);
+
+// The block case of layers [first, first + count) of s over x, as the kernel and the reference
+// take it (dtypes all `dtype`; dy given for backward). Used by run_pass and by the tests.
+ref::Case block_case(const Stack& s, std::int64_t first, std::int64_t count, const std::vector<double>& x,
+                     std::int64_t tokens, ref::DType dtype, const std::vector<double>* dy);
+
+// ---- the study --------------------------------------------------------------------------
+
+struct LowpCounts {
+  ref::DType dtype = ref::DType::float16;
+  std::vector<std::int64_t> fwd_inf, fwd_nan, fwd_sub, bwd_inf, bwd_nan, bwd_sub;  // per layer, then the final norm
+  bool loss_finite = true;
+};
+
+struct StepStats {
+  std::int64_t step = 0;
+  double loss = 0;
+  double model_update = 0;  // ||y(θ_t) - y(θ_0)||, 0 at step 0
+  // Per layer: Frobenius norms of dL/dW1 and dL/dW2; activation norms of the block's input and
+  // output and of what the block adds to its input, ||x_{l+1} - x_l||. Activation norms are the
+  // root mean square over tokens of each token's L2 norm (||X||_F / sqrt(tokens)).
+  std::vector<double> grad_w1, grad_w2, act_in, act_out, block_update;
+  std::vector<LowpCounts> lowp;  // empty at steps without counts
+};
+
+struct StackRun {
+  Placement placement = Placement::post;
+  ref::Op norm = ref::Op::layernorm;
+  std::int64_t layers = 0;
+  double alpha = 1.0, beta = 1.0;
+  bool final_norm = false;
+  std::vector<StepStats> steps;  // 0 (init) .. options.steps
+};
+
+struct StudyResult {
+  PlacementOptions options;
+  std::vector<StackRun> runs;  // placements × norms × depths, in that order
+  double seconds = 0;
+};
+
+StudyResult run_placement_study(const PlacementOptions& o);
+
+// The shapes the papers predict, measured on a result (README.md "Checked against the papers").
+struct PaperCheck {
+  std::string id, source, claim;
+  std::string status;  // "reproduced", "not reproduced", "not evaluated"
+  std::string measured;  // the numbers, in words
+  nlohmann::ordered_json values;
+};
+std::vector<PaperCheck> paper_checks(const StudyResult& r);
+
+// The results file, format `normcheck-study-placement` version 1 (README.md "Results file").
+inline constexpr const char* kResultsFormat = "normcheck-study-placement";
+inline constexpr int kResultsVersion = 1;
+nlohmann::ordered_json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks,
+                               const std::string& command, const std::string& generator);
+
+}  // namespace normcheck::study

@@ -1,0 +1,254 @@
+// The shapes the papers predict, measured on a study result, and the results file.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "normcheck/study/placement.hpp"
+
+namespace normcheck::study {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+const StackRun* find(const StudyResult& r, Placement p, ref::Op n, std::int64_t layers) {
+  for (const auto& run : r.runs)
+    if (run.placement == p && run.norm == n && run.layers == layers) return &run;
+  return nullptr;
+}
+
+bool has(const std::vector<Placement>& v, Placement p) { return std::find(v.begin(), v.end(), p) != v.end(); }
+
+// Least-squares slope of y against x.
+double slope(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
+  return (n * sxy - sx * sy) / (n * sxx - sx * sx);
+}
+
+std::string g3(double v) { return fmt::format("{:.3g}", v); }
+
+Json number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? Json("nan") : Json(v > 0 ? "inf" : "-inf");
+}
+
+Json numbers(const std::vector<double>& v) {
+  Json a = Json::array();
+  for (double e : v) a.push_back(number(e));
+  return a;
+}
+
+// The thresholds of the checks. They state the shape, not the papers' constants (the papers
+// bound orders of growth; a small synthetic stack has its own constants): "grows" is a
+// last-to-first ratio of at least kGrows, "roughly constant" a max/min over the layers of at
+// most kFlat, 1/sqrt(L) an exponent within kExponentSlack of -1/2, "bounded" a growth of ||ΔF||
+// of ||ΔF|| with L of exponent at most kBoundedExponent (a growth of at most 1.5x from L = 6 to
+// 48) where Post-LN's exponent is at least kGrowingExponent; "more slowly" an exponent at least
+// kSlowerBy below Post-LN's.
+constexpr double kGrows = 1.5, kFlat = 1.5, kExponentSlack = 0.2;
+constexpr double kBoundedExponent = 0.2, kGrowingExponent = 0.5, kSlowerBy = 0.4;
+
+std::vector<std::int64_t> depths_from(const StudyResult& r, std::int64_t min_layers) {
+  std::vector<std::int64_t> d;
+  for (auto l : r.options.depths)
+    if (l >= min_layers) d.push_back(l);
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  return d;
+}
+
+}  // namespace
+
+std::vector<PaperCheck> paper_checks(const StudyResult& r) {
+  std::vector<PaperCheck> out;
+  const auto& o = r.options;
+  const auto deep = depths_from(r, 6);
+  const std::string xiong = "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture";
+  const std::string deepnet = "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers";
+
+  // Figure 3, at initialization: a statistic of ||dL/dW2|| over the layers of one placement at
+  // every depth >= 6 and norm, each of which must pass.
+  auto figure3 = [&](std::string id, Placement p, std::string claim, const char* key, const char* wanted,
+                     double (*stat)(const std::vector<double>&), bool (*pass)(double)) {
+    PaperCheck c{std::move(id), xiong + ", Figure 3", std::move(claim), "not evaluated", "", Json::array()};
+    if (has(o.placements, p) && !deep.empty()) {
+      bool ok = true;
+      std::string words;
+      for (auto n : o.norms)
+        for (auto L : deep) {
+          const double v = stat(find(r, p, n, L)->steps.front().grad_w2);
+          ok &= pass(v);
+          c.values.push_back(Json{{"norm", ref::name_of(n)}, {"layers", L}, {key, number(v)}});
+          words += fmt::format("{}{} L={}: {}", words.empty() ? "" : "; ", ref::name_of(n), L, g3(v));
+        }
+      c.status = ok ? "reproduced" : "not reproduced";
+      c.measured = fmt::format("||dL/dW2|| at initialization, {} ({} wanted): {}", key, wanted, words);
+    }
+    out.push_back(std::move(c));
+  };
+  figure3("post_grad_grows_with_layer", Placement::post,
+          "At initialization the gradient norm of Post-LN's FFN weights W2 grows with the layer index (largest at the "
+          "last layer).", "last_over_first", "at least 1.5",
+          [](const std::vector<double>& g) { return g.back() / g.front(); }, [](double v) { return v >= kGrows; });
+  figure3("pre_grad_flat_across_layers", Placement::pre,
+          "At initialization the gradient norm of Pre-LN's FFN weights W2 stays roughly constant across layers.",
+          "max_over_min", "at most 1.5",
+          [](const std::vector<double>& g) { return *std::max_element(g.begin(), g.end()) / *std::min_element(g.begin(), g.end()); },
+          [](double v) { return v <= kFlat; });
+  // Theorem 1: Pre-LN's last-layer gradient is O(d sqrt(ln d / L)), Post-LN's O(d sqrt(ln d)).
+  {
+    PaperCheck c{"pre_over_post_last_layer_exponent", xiong + ", Theorem 1",
+                 "Pre-LN's last-layer gradient norm scales like 1/sqrt(L) relative to Post-LN's.", "not evaluated", "",
+                 Json::array()};
+    const auto ds = depths_from(r, 1);
+    if (has(o.placements, Placement::pre) && has(o.placements, Placement::post) && ds.size() >= 2) {
+      bool ok = true;
+      std::string words;
+      for (auto n : o.norms) {
+        std::vector<double> lx, ly;
+        Json ratios = Json::array();
+        for (auto L : ds) {
+          const double ratio = find(r, Placement::pre, n, L)->steps.front().grad_w2.back() /
+                               find(r, Placement::post, n, L)->steps.front().grad_w2.back();
+          lx.push_back(std::log(static_cast<double>(L)));
+          ly.push_back(std::log(ratio));
+          ratios.push_back(number(ratio));
+        }
+        const double e = slope(lx, ly);
+        ok &= std::fabs(e + 0.5) <= kExponentSlack;
+        c.values.push_back(Json{{"norm", ref::name_of(n)}, {"layers", ds}, {"pre_over_post", ratios}, {"exponent", number(e)}});
+        words += fmt::format("{}{}: {:.3f}", words.empty() ? "" : "; ", ref::name_of(n), e);
+      }
+      c.status = ok ? "reproduced" : "not reproduced";
+      c.measured = fmt::format("exponent k of (pre/post last-layer ||dL/dW2||) ~ L^k over L = {}..{} (-0.5 ± {} wanted): {}",
+                               ds.front(), ds.back(), kExponentSlack, words);
+    }
+    out.push_back(std::move(c));
+  }
+  // DeepNet: DeepNorm bounds the model update; Post-LN's grows with depth. Measured after the
+  // first step (DeepNet's ||F(x, θ*) - F(x, θ)||), as exponents k of ||ΔF|| ~ L^k.
+  const auto ds = depths_from(r, 1);
+  const bool deepnet_ok = has(o.placements, Placement::deepnorm) && has(o.placements, Placement::post) &&
+                          ds.size() >= 2 && o.steps > 0;
+  std::vector<std::pair<double, double>> exps;  // per norm: (post, deepnorm)
+  if (deepnet_ok)
+    for (auto n : o.norms) {
+      auto exponent = [&](Placement p) {
+        std::vector<double> lx, ly;
+        for (auto L : ds) {
+          lx.push_back(std::log(static_cast<double>(L)));
+          ly.push_back(std::log(find(r, p, n, L)->steps[1].model_update));
+        }
+        return slope(lx, ly);
+      };
+      exps.emplace_back(exponent(Placement::post), exponent(Placement::deepnorm));
+    }
+  auto exps_words = [&]() {
+    std::string words;
+    for (std::size_t i = 0; i < exps.size(); ++i)
+      words += fmt::format("{}{}: Post-LN {:.2f}, DeepNorm {:.2f}", words.empty() ? "" : "; ", ref::name_of(o.norms[i]),
+                           exps[i].first, exps[i].second);
+    return words;
+  };
+  auto exps_json = [&]() {
+    Json v = Json::array();
+    for (std::size_t i = 0; i < exps.size(); ++i)
+      v.push_back(Json{{"norm", ref::name_of(o.norms[i])}, {"layers", ds}, {"post_exponent", number(exps[i].first)},
+                       {"deepnorm_exponent", number(exps[i].second)}});
+    return v;
+  };
+  {
+    PaperCheck c{"deepnorm_update_bounded", deepnet + ", Section 4 (the model update ||ΔF||)",
+                 "DeepNorm's model update ||ΔF|| stays bounded as L grows where Post-LN's grows.", "not evaluated", "",
+                 Json::array()};
+    if (deepnet_ok) {
+      bool ok = true;
+      for (const auto& [post, dn] : exps) ok &= dn <= kBoundedExponent && post >= kGrowingExponent;
+      c.status = ok ? "reproduced" : "not reproduced";
+      c.values = exps_json();
+      c.measured = fmt::format("exponent k of ||ΔF|| ~ L^k after the first {} step over L = {}..{} (DeepNorm at most {}, "
+                               "Post-LN at least {} wanted): {}",
+                               name_of(o.optimizer), ds.front(), ds.back(), kBoundedExponent, kGrowingExponent, exps_words());
+    }
+    out.push_back(std::move(c));
+  }
+  {
+    PaperCheck c{"deepnorm_update_slower_than_post", deepnet + ", Section 4",
+                 "A weaker form: DeepNorm's model update grows with L clearly more slowly than Post-LN's.",
+                 "not evaluated", "", Json::array()};
+    if (deepnet_ok) {
+      bool ok = true;
+      for (const auto& [post, dn] : exps) ok &= post - dn >= kSlowerBy;
+      c.status = ok ? "reproduced" : "not reproduced";
+      c.values = exps_json();
+      c.measured = fmt::format("exponents as above, DeepNorm's at least {} below Post-LN's wanted: {}", kSlowerBy, exps_words());
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks, const std::string& command,
+             const std::string& generator) {
+  const auto& o = r.options;
+  Json j;
+  j["format"] = kResultsFormat;
+  j["format_version"] = kResultsVersion;
+  j["generator"] = generator;
+  j["command"] = command;
+  j["seconds"] = r.seconds;
+  Json opt;
+  for (auto p : o.placements) opt["placements"].push_back(name_of(p));
+  for (auto n : o.norms) opt["norms"].push_back(ref::name_of(n));
+  opt["layers"] = o.depths;
+  opt["d_model"] = o.d_model;
+  opt["d_ff"] = o.d_ff;
+  opt["tokens"] = o.tokens;
+  opt["activation"] = ref::name_of(o.activation);
+  opt["epsilon"] = o.epsilon;
+  opt["deepnorm_alpha"] = o.deepnorm_alpha ? Json(*o.deepnorm_alpha) : Json("(2N)^(1/4)");
+  opt["deepnorm_beta"] = o.deepnorm_beta ? Json(*o.deepnorm_beta) : Json("(8N)^(-1/4)");
+  opt["optimizer"] = name_of(o.optimizer);
+  opt["lr"] = o.lr;
+  opt["steps"] = o.steps;
+  for (auto t : o.lowp) opt["lowp"].push_back(ref::name_of(t));
+  if (o.lowp.empty()) opt["lowp"] = Json::array();
+  opt["loss_scale"] = o.loss_scale;
+  opt["lowp_every"] = o.lowp_every;
+  opt["seed"] = o.seed;
+  j["options"] = std::move(opt);
+  Json cs = Json::array();
+  for (const auto& c : checks)
+    cs.push_back(Json{{"id", c.id}, {"source", c.source}, {"claim", c.claim}, {"status", c.status},
+                      {"measured", c.measured}, {"values", c.values}});
+  j["checks"] = std::move(cs);
+  Json runs = Json::array();
+  for (const auto& run : r.runs) {
+    Json x{{"placement", name_of(run.placement)}, {"norm", ref::name_of(run.norm)}, {"layers", run.layers},
+           {"alpha", run.alpha}, {"beta", run.beta}, {"final_norm", run.final_norm}};
+    Json steps = Json::array();
+    for (const auto& s : run.steps) {
+      Json st{{"step", s.step}, {"loss", number(s.loss)}, {"model_update", number(s.model_update)},
+              {"grad_w1", numbers(s.grad_w1)}, {"grad_w2", numbers(s.grad_w2)}, {"act_in", numbers(s.act_in)},
+              {"act_out", numbers(s.act_out)}, {"block_update", numbers(s.block_update)}};
+      if (!s.lowp.empty()) {
+        Json lp = Json::array();
+        for (const auto& c : s.lowp)
+          lp.push_back(Json{{"dtype", ref::name_of(c.dtype)}, {"loss_finite", c.loss_finite},
+                            {"fwd_inf", c.fwd_inf}, {"fwd_nan", c.fwd_nan}, {"fwd_subnormal", c.fwd_sub},
+                            {"bwd_inf", c.bwd_inf}, {"bwd_nan", c.bwd_nan}, {"bwd_subnormal", c.bwd_sub}});
+        st["lowp"] = std::move(lp);
+      }
+      steps.push_back(std::move(st));
+    }
+    x["steps"] = std::move(steps);
+    runs.push_back(std::move(x));
+  }
+  j["runs"] = std::move(runs);
+  return j;
+}
+
+}  // namespace normcheck::study

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# `normcheck study placement` through the CLI: a small study writes its results file and Markdown
+# summary; an existing output is not replaced without --force; bad input exits 2 with a message
+# naming the flag and writes nothing.
+# Usage: study_cli.sh NORMCHECK PYTHON WORK_DIR
+set -uo pipefail
+nc="$1" py="$2" work="$3"
+rm -rf "$work" && mkdir -p "$work"
+fails=0
+check() {
+  local name="$1"; shift
+  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+small=(study placement --layers 2,4 --d-model 8 --d-ff 16 --tokens 4 --steps 2 --lowp-every 1)
+
+bad() {  # bad NAME FLAG ARGS...: exit 2, the flag in the message, nothing written (checked before any run)
+  local name="$1" flag="$2"; shift 2
+  rm -rf "$work/bad" && mkdir -p "$work/bad"
+  "$nc" study placement "$@" --json "$work/bad/r.json" --markdown "$work/bad/s.md" >"$work/bad.out" 2>"$work/bad.err"
+  local rc=$?
+  check "$name: exit 2 ($rc)" test "$rc" = 2
+  check "$name: the message names $flag" grep -qe "$flag" "$work/bad.err"
+  check "$name: nothing written" test -z "$(ls -A "$work/bad")"
+}
+bad "unknown placement" "--placement" --placement post,postln
+bad "unknown norm" "--norm" --norm batchnorm
+bad "depth 0" "--layers" --layers 0,6
+bad "depth 65" "--layers" --layers 6,65
+bad "d 1" "--d-model" --d-model 1
+bad "d 9000" "--d-model" --d-model 9000
+bad "FFN 0" "--d-ff" --d-ff 0
+bad "arrays beyond memory" "--d-ff" --d-model 8192 --d-ff 65536
+bad "tokens 0" "--tokens" --tokens 0
+bad "negative steps" "--steps" --steps -1
+bad "float64 as low precision" "--lowp" --lowp float64
+bad "negative lr" "--lr" --lr -0.1
+bad "deepnorm alpha 0" "--deepnorm-alpha" --deepnorm-alpha 0
+bad "not a number" "--d-model" --d-model abc
+
+"$nc" "${small[@]}" --json "$work/r.json" --markdown "$work/s.md" >"$work/run.out" 2>&1
+check "small study: exit 0" test $? = 0
+check "small study: prints the checks" grep -q "pre_over_post_last_layer_exponent" "$work/run.out"
+check "results file: format, version, runs, checks, per-layer arrays" "$py" - "$work/r.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["format"] == "normcheck-study-placement" and j["format_version"] == 1, j["format"]
+assert len(j["runs"]) == 4 * 2 * 2, len(j["runs"])
+assert [c["id"] for c in j["checks"]][0] == "post_grad_grows_with_layer"
+for r in j["runs"]:
+    assert len(r["steps"]) == 3
+    for s in r["steps"]:
+        for f in ("grad_w1", "grad_w2", "act_in", "act_out", "block_update"):
+            assert len(s[f]) == r["layers"], (f, r["layers"])
+        assert [c["dtype"] for c in s["lowp"]] == ["float16", "bfloat16"]
+        assert len(s["lowp"][0]["bwd_inf"]) == r["layers"] + 1
+    assert r["steps"][0]["model_update"] == 0 and r["steps"][1]["model_update"] > 0
+    assert (r["placement"] == "deepnorm") == (r["alpha"] != 1)
+PY
+check "markdown: the checks and a row per stack" \
+  bash -c "grep -q '## Checked against the papers' '$work/s.md' && test \$(grep -c '^| \\(post\\|pre\\|sandwich\\|deepnorm\\) |' '$work/s.md') = 16"
+
+sum="$(md5sum <"$work/r.json")"
+"$nc" study placement --layers 3 --d-model 8 --d-ff 16 --tokens 4 --steps 1 --json "$work/r.json" >"$work/again.out" 2>&1
+check "existing results file without --force: exit 2" test $? = 2
+check "existing results file: unchanged" test "$(md5sum <"$work/r.json")" = "$sum"
+"$nc" study placement --layers 3 --d-model 8 --d-ff 16 --tokens 4 --steps 1 --json "$work/r.json" --force >/dev/null 2>&1
+check "--force: replaced" bash -c "test $? = 0 && test \"\$(md5sum <'$work/r.json')\" != '$sum'"
+
+NORMCHECK_REPORT_WEB_DIR="$work/nothing" "$nc" "${small[@]}" --html "$work/page" --json "$work/nohtml.json" \
+  >/dev/null 2>"$work/nohtml.err"
+check "--html without Chart.js: exit 2, nothing written" \
+  bash -c "test $? = 2 && ! test -e '$work/nohtml.json' && ! test -e '$work/page' && grep -q Chart.js '$work/nohtml.err'"
+
+echo "$fails failed"
+exit $((fails > 0))

@@ -1,0 +1,334 @@
+// The placement study's page and Markdown summary, from its results file
+// (normcheck-study-placement v1). The page is one self-contained file like the conformance
+// report: Chart.js and the data inlined, nothing fetched; one plot per quantity with the layer
+// on the x axis and one line (own marker shape and dash) per placement; a page check at the
+// bottom (#nc-status) that the headless-Chromium test reads.
+#include <fmt/core.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "normcheck/reports/study.hpp"
+#include "text.hpp"
+
+namespace normcheck::reports {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using text::html_escape;
+
+// ---- reading ------------------------------------------------------------------------------
+
+struct Reader {
+  std::string source;
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw ReportError(fmt::format("{}: {}: {}", source, path, what));
+  }
+  const Json& field(const Json& obj, const std::string& path, const char* name, Json::value_t type) const {
+    if (!obj.is_object() || !obj.contains(name)) fail(path + name, "missing");
+    const Json& v = obj.at(name);
+    const bool ok = type == Json::value_t::number_float ? v.is_number() : v.type() == type ||
+                    (type == Json::value_t::number_integer && v.is_number_integer());
+    if (!ok) fail(path + name, fmt::format("expected {}", type == Json::value_t::string ? "a string" :
+                                           type == Json::value_t::array ? "an array" :
+                                           type == Json::value_t::object ? "an object" : "a number"));
+    return v;
+  }
+  // An array of `n` numbers, "inf", "-inf" or "nan".
+  void numbers(const Json& obj, const std::string& path, const char* name, std::size_t n) const {
+    const Json& a = field(obj, path, name, Json::value_t::array);
+    if (a.size() != n) fail(path + name, fmt::format("expected {} values (one per layer), got {}", n, a.size()));
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!a[i].is_number() && !(a[i].is_string() && (a[i] == "inf" || a[i] == "-inf" || a[i] == "nan")))
+        fail(fmt::format("{}{}[{}]", path, name, i), "expected a number");
+  }
+};
+
+Json read_study(const std::string& text, const std::string& source) {
+  Reader r{source};
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::exception& e) {
+    throw ReportError(fmt::format("{}: not valid JSON: {}", source, e.what()));
+  }
+  if (!j.is_object()) r.fail("(root)", "expected an object");
+  if (r.field(j, "", "format", Json::value_t::string) != kStudyPlacementFormat)
+    r.fail("format", fmt::format("expected \"{}\"", kStudyPlacementFormat));
+  if (r.field(j, "", "format_version", Json::value_t::number_integer).get<int>() != kStudyPlacementVersion)
+    r.fail("format_version", fmt::format("expected {} (this normcheck reads version {} only)", kStudyPlacementVersion,
+                                         kStudyPlacementVersion));
+  r.field(j, "", "options", Json::value_t::object);
+  const Json& checks = r.field(j, "", "checks", Json::value_t::array);
+  for (std::size_t i = 0; i < checks.size(); ++i)
+    for (const char* f : {"id", "source", "claim", "status", "measured"})
+      r.field(checks[i], fmt::format("checks[{}].", i), f, Json::value_t::string);
+  const Json& runs = r.field(j, "", "runs", Json::value_t::array);
+  if (runs.empty()) r.fail("runs", "empty");
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const std::string p = fmt::format("runs[{}].", i);
+    r.field(runs[i], p, "placement", Json::value_t::string);
+    r.field(runs[i], p, "norm", Json::value_t::string);
+    const auto layers = r.field(runs[i], p, "layers", Json::value_t::number_integer).get<std::int64_t>();
+    if (layers < 1) r.fail(p + "layers", "expected at least 1");
+    const Json& steps = r.field(runs[i], p, "steps", Json::value_t::array);
+    if (steps.empty()) r.fail(p + "steps", "empty");
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      const std::string q = fmt::format("{}steps[{}].", p, s);
+      r.field(steps[s], q, "step", Json::value_t::number_integer);
+      for (const char* f : {"grad_w1", "grad_w2", "act_in", "act_out", "block_update"})
+        r.numbers(steps[s], q, f, static_cast<std::size_t>(layers));
+      if (!steps[s].contains("lowp")) continue;
+      const Json& lp = r.field(steps[s], q, "lowp", Json::value_t::array);
+      for (std::size_t k = 0; k < lp.size(); ++k) {
+        const std::string w = fmt::format("{}lowp[{}].", q, k);
+        r.field(lp[k], w, "dtype", Json::value_t::string);
+        for (const char* f : {"fwd_inf", "fwd_nan", "fwd_subnormal", "bwd_inf", "bwd_nan", "bwd_subnormal"})
+          r.numbers(lp[k], w, f, static_cast<std::size_t>(layers + 1));
+      }
+    }
+  }
+  return j;
+}
+
+std::string num(const Json& v) { return v.is_number() ? text::num(v.get<double>()) : v.get<std::string>(); }
+
+// ---- the page -------------------------------------------------------------------------------
+
+constexpr const char* kStyle = R"CSS(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#111}
+h2{margin-top:1.6em;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}
+th{background:#f3f3f3} code{font-family:ui-monospace,monospace;font-size:12px}
+.reproduced{background:#e3f4e3;font-weight:bold} .notrep{background:#f8c9c4;font-weight:bold} .noteval{background:#eee}
+.plots{display:flex;flex-wrap:wrap;gap:12px} .plot{border:1px solid #ddd;padding:6px}
+.plot h4{margin:0 0 4px;font-size:13px} .plot p{font-size:11px;color:#444;max-width:460px;margin:2px 0}
+#nc-status{font-size:12px;color:#555;margin-top:2em}
+)CSS";
+
+// This page's plots, after text::page_script_prologue() (the page check and the shared helpers).
+constexpr const char* kScript = R"JS(
+  // One look per placement: colour, marker shape and dash, so that the lines read without colour.
+  var looks = {post: ['#1f5fa8', 'circle', []], pre: ['#c2410c', 'triangle', [6, 3]],
+               sandwich: ['#2e7d32', 'rect', [2, 2]], deepnorm: ['#6a1b9a', 'crossRot', [10, 3, 2, 3]]};
+  function look(p) { return looks[p] || ['#37474f', 'star', []]; }
+  // series: [{label, placement, points: [{x, y}]}]; log: log y axis (non-positive values left out
+  // and counted in the note); logx: log x axis.
+  function plot(parent, title, xTitle, yTitle, series, log, logx, note) {
+    var dropped = 0, any = false;
+    var sets = series.map(function (s) {
+      var lk = look(s.placement);
+      var pts = s.points.filter(function (p) {
+        var ok = isFinite(p.y) && (!log || p.y > 0);
+        if (!ok) ++dropped;
+        return ok;
+      });
+      any = any || pts.length > 0;
+      return {label: s.label + ' (' + lk[1] + ')', data: pts, borderColor: lk[0], backgroundColor: lk[0],
+              pointStyle: lk[1], pointRadius: 3, borderDash: lk[2], borderWidth: 1.5, showLine: true, fill: false};
+    });
+    var yAxis = {title: {display: true, text: yTitle + (log ? ' (log)' : '')}};
+    if (log) { yAxis.type = 'logarithmic'; yAxis.ticks = {callback: decade}; } else { yAxis.beginAtZero = true; }
+    var xAxis = {type: logx ? 'logarithmic' : 'linear', title: {display: true, text: xTitle + (logx ? ' (log)' : '')}};
+    if (logx) xAxis.ticks = {callback: function (v) { return [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64].indexOf(v) >= 0 ? String(v) : ''; }};
+    var chart = make(parent, title, {type: 'scatter', data: {datasets: sets},
+      options: {scales: {x: xAxis, y: yAxis}, plugins: {legend: {labels: {usePointStyle: true}}}}}, 460);
+    var notes = [];
+    if (note) notes.push(note);
+    if (!any) notes.push('no value to draw at this setting');
+    else if (dropped) notes.push(dropped + ' points not drawn (' + (log ? 'zero, negative or ' : '') + 'not finite)');
+    if (notes.length) { var p = document.createElement('p'); p.textContent = notes.join('; '); chart.canvas.parentNode.appendChild(p); }
+    return chart;
+  }
+  function runsOf(norm, layers) {
+    return data.runs.filter(function (r) { return r.norm === norm && (layers === undefined || r.layers === layers); });
+  }
+  function stepOf(run, step) {
+    for (var i = 0; i < run.steps.length; ++i) if (run.steps[i].step === step) return run.steps[i];
+    return null;
+  }
+  function perLayer(runs, step, get) {
+    return runs.map(function (r) {
+      var s = stepOf(r, step), v = s ? get(s) : [];
+      return {label: r.placement, placement: r.placement,
+              points: (v || []).map(function (y, l) { return {x: l + 1, y: num(y)}; })};
+    });
+  }
+  var sel = {norm: document.getElementById('nc-norm'), layers: document.getElementById('nc-layers'),
+             step: document.getElementById('nc-step')};
+  var norms = [], depths = [], steps = [];
+  data.runs.forEach(function (r) {
+    if (norms.indexOf(r.norm) < 0) norms.push(r.norm);
+    if (depths.indexOf(r.layers) < 0) depths.push(r.layers);
+    r.steps.forEach(function (s) { if (steps.indexOf(s.step) < 0) steps.push(s.step); });
+  });
+  depths.sort(function (a, b) { return a - b; });
+  steps.sort(function (a, b) { return a - b; });
+  function fill(el, values, text) {
+    values.forEach(function (v) { var o = document.createElement('option'); o.value = String(v); o.textContent = text(v); el.appendChild(o); });
+  }
+  fill(sel.norm, norms, function (v) { return v; });
+  fill(sel.layers, depths, function (v) { return 'L = ' + v; });
+  fill(sel.step, steps, function (v) { return v === 0 ? 'at initialization' : 'after step ' + v; });
+  sel.layers.value = String(depths[depths.length - 1]);
+  var box = document.getElementById('nc-plots');
+  function render(norm, layers, step) {
+    charts.forEach(function (c) { c.destroy(); });
+    charts = [];
+    box.textContent = '';
+    var when = step === 0 ? 'at initialization' : 'after step ' + step;
+    var runs = runsOf(norm, layers);
+    var g = document.createElement('div'); g.className = 'plots'; box.appendChild(g);
+    var head = ' (' + norm + ', L = ' + layers + ', ' + when + ')';
+    plot(g, '||dL/dW1||_F per layer' + head, 'layer', '||dL/dW1||_F', perLayer(runs, step, function (s) { return s.grad_w1; }), true);
+    plot(g, '||dL/dW2||_F per layer' + head, 'layer', '||dL/dW2||_F', perLayer(runs, step, function (s) { return s.grad_w2; }), true, false,
+         'Xiong et al. Figure 3 plots this at initialization');
+    plot(g, 'activation entering the block (the residual stream)' + head, 'layer', 'RMS over tokens of ||x_l||',
+         perLayer(runs, step, function (s) { return s.act_in; }), true);
+    plot(g, 'activation leaving the block' + head, 'layer', 'RMS over tokens of ||x_l+1||',
+         perLayer(runs, step, function (s) { return s.act_out; }), true);
+    plot(g, 'what the block adds, ||x_l+1 - x_l||' + head, 'layer', 'RMS over tokens', perLayer(runs, step, function (s) { return s.block_update; }), true);
+    var dtypes = [];
+    runs.forEach(function (r) { var s = stepOf(r, step); ((s && s.lowp) || []).forEach(function (c) { if (dtypes.indexOf(c.dtype) < 0) dtypes.push(c.dtype); }); });
+    var lp = document.createElement('div'); lp.className = 'plots'; box.appendChild(lp);
+    if (!dtypes.length) {
+      var p = document.createElement('p');
+      p.textContent = 'No low-precision counts ' + when + ' (the study counts them at the steps --lowp-every gives).';
+      lp.appendChild(p);
+    }
+    dtypes.forEach(function (dt) {
+      function counts(get) {
+        return perLayer(runs, step, function (s) {
+          var c = (s.lowp || []).filter(function (x) { return x.dtype === dt; })[0];
+          return c ? get(c) : [];  // L + 1 values: the layers, then the final norm
+        });
+      }
+      function sum(a, b) { return a.map(function (v, i) { return v + b[i]; }); }
+      var scale = data.options.loss_scale;
+      plot(lp, dt + ': overflows to inf per layer' + head, 'layer', 'values (forward + backward)',
+           counts(function (c) { return sum(c.fwd_inf, c.bwd_inf); }), false, false,
+           'backward with loss scale ' + scale + '; layer ' + (layers + 1) + ' is the final norm (pre, sandwich; 0 for the others)');
+      plot(lp, dt + ': NaNs per layer' + head, 'layer', 'values (forward + backward)',
+           counts(function (c) { return sum(c.fwd_nan, c.bwd_nan); }), false);
+      plot(lp, dt + ': subnormal values per layer (flushed by FTZ)' + head, 'layer', 'values (forward + backward)',
+           counts(function (c) { return sum(c.fwd_subnormal, c.bwd_subnormal); }), false);
+    });
+    // Across depths: Theorem 1's last-layer gradient, DeepNet's model update; the loss per step.
+    var d = document.createElement('div'); d.className = 'plots'; box.appendChild(d);
+    var all = runsOf(norm), byPlacement = {};
+    all.forEach(function (r) { (byPlacement[r.placement] = byPlacement[r.placement] || []).push(r); });
+    function acrossDepths(get) {
+      return Object.keys(byPlacement).map(function (p) {
+        return {label: p, placement: p, points: byPlacement[p].map(function (r) { return {x: r.layers, y: num(get(r))}; })
+                  .sort(function (a, b) { return a.x - b.x; })};
+      });
+    }
+    plot(d, 'last layer ||dL/dW2||_F against depth (' + norm + ', at initialization)', 'L, layers', '||dL/dW2||_F',
+         acrossDepths(function (r) { return r.steps[0].grad_w2[r.layers - 1]; }), true, true,
+         'Theorem 1 (Xiong et al.): Post-LN flat in L, Pre-LN ~ 1/sqrt(L)');
+    if (step > 0)
+      plot(d, '||ΔF|| = ||y(θ_t) - y(θ_0)|| against depth (' + norm + ', ' + when + ')', 'L, layers', 'RMS over tokens',
+           acrossDepths(function (r) { var s = stepOf(r, step); return s ? s.model_update : NaN; }), true, true,
+           'DeepNet: bounded for DeepNorm, growing for Post-LN');
+    plot(d, 'training loss per step (' + norm + ', L = ' + layers + ')', 'step', 'loss',
+         runs.map(function (r) { return {label: r.placement, placement: r.placement, points: r.steps.map(function (s) { return {x: s.step, y: num(s.loss)}; })}; }), true);
+    state.views += 1;
+    update();
+  }
+  function current() { render(sel.norm.value, Number(sel.layers.value), Number(sel.step.value)); }
+  [sel.norm, sel.layers, sel.step].forEach(function (e) { e.addEventListener('change', current); });
+  // Self-test (the headless check): every norm and depth, at initialization and after the last step.
+  if (location.hash === '#selftest')
+    norms.forEach(function (n) { depths.forEach(function (l) { [steps[0], steps[steps.length - 1]].forEach(function (s) { render(n, l, s); }); }); });
+  current();
+  update();
+})();
+)JS";
+
+std::string options_text(const Json& o) {
+  std::string s;
+  for (const auto& [k, v] : o.items()) s += fmt::format("{}<code>{}</code> = {}", s.empty() ? "" : ", ", html_escape(k), html_escape(v.dump()));
+  return s;
+}
+
+const char* status_class(const std::string& s) {
+  return s == "reproduced" ? "reproduced" : (s == "not reproduced" ? "notrep" : "noteval");
+}
+
+}  // namespace
+
+std::string study_placement_html(const std::string& json_text, const std::string& source,
+                                 const std::string& plot_library, const std::string& license) {
+  const Json j = read_study(json_text, source);
+  std::string s = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>normcheck study: residual placement</title>\n";
+  s += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<style>" + std::string(kStyle) + "</style>\n</head><body>\n";
+  s += "<h1>Residual placement study</h1>\n";
+  s += fmt::format("<p>Post-LN, Pre-LN, Sandwich and DeepNorm stacks of FFN blocks, run by normcheck's CPU block kernel "
+                   "(float64 for the norms; low-precision compute for the counts). Written by {}: <code>{}</code></p>\n",
+                   html_escape(j.value("generator", std::string("?"))), html_escape(j.value("command", std::string())));
+  s += "<p>Options: " + options_text(j.at("options")) + "</p>\n";
+  s += "<h2>Checked against the papers</h2>\n<table><tr><th>check</th><th>claim</th><th>source</th><th>status</th><th>measured</th></tr>\n";
+  for (const auto& c : j.at("checks"))
+    s += fmt::format("<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>\n",
+                     html_escape(c.at("id")), html_escape(c.at("claim")), html_escape(c.at("source")),
+                     status_class(c.at("status")), html_escape(c.at("status")), html_escape(c.at("measured")));
+  s += "</table>\n";
+  s += "<h2>Per layer and across depths</h2>\n<p>One line per placement (each with its own marker shape and dash). "
+       "<label>Norm <select id=\"nc-norm\"></select></label> <label>Depth <select id=\"nc-layers\"></select></label> "
+       "<label>When <select id=\"nc-step\"></select></label></p>\n<div id=\"nc-plots\"></div>\n";
+  s += "<h2>What this study does not show</h2>\n<ul><li>Attention is not modelled: each block is one position-wise FFN "
+       "sublayer with its norm(s). Xiong et al.'s Figure 3 and DeepNet's experiments are of full Transformers.</li>"
+       "<li>The data are synthetic (Gaussian inputs, a random linear teacher), a few tokens, a few steps: early "
+       "training only, no claim about final quality.</li><li>No placement is always better: the outcome depends on depth, "
+       "initialization, residual scaling, warmup, optimizer, learning rate and precision.</li></ul>\n";
+  s += "<p id=\"nc-status\" data-status=\"not-run\">page check: the page's script did not run</p>\n";
+  s += plot_library.empty() ? "<p>No plots: the plotting library was not available when this page was written.</p>\n"
+                            : "<p style=\"font-size:12px;color:#555\">Plots drawn with Chart.js (MIT License; its license "
+                              "text is in a comment at the end of this page's source).</p>\n";
+  s += "<script type=\"application/json\" id=\"nc-data\">" + text::script_safe(j.dump()) + "</script>\n";
+  if (!plot_library.empty()) s += "<script>\n" + text::script_safe(plot_library) + "\n</script>\n";
+  s += "<script>" + std::string(text::page_script_prologue()) + kScript + "</script>\n";
+  if (!license.empty()) s += "<!--\n" + text::comment_safe(license) + "\n-->\n";
+  return s + "</body></html>\n";
+}
+
+std::string study_placement_markdown(const std::string& json_text, const std::string& source) {
+  const Json j = read_study(json_text, source);
+  std::string s = "# Residual placement study\n\n";
+  s += fmt::format("`{}` ({})\n\n", j.value("command", std::string()), j.value("generator", std::string()));
+  s += "## Checked against the papers\n\n| check | status | measured |\n|---|---|---|\n";
+  for (const auto& c : j.at("checks"))
+    s += fmt::format("| `{}` | **{}** | {} |\n", c.at("id").get<std::string>(), c.at("status").get<std::string>(),
+                     text::md_cell(c.at("measured").get<std::string>()));
+  s += "\n## Per stack\n\nAt initialization: `||dL/dW2||` of the first and last layer, the activation norm "
+       "entering the last layer; `||ΔF||` after the first step and the loss at the first and last step; "
+       "inf/NaN counts (forward + backward, all layers) at initialization per low-precision dtype.\n\n";
+  s += "| placement | norm | L | first ‖dW2‖ | last ‖dW2‖ | last act_in | ‖ΔF‖ step 1 | loss | low precision inf / NaN |\n"
+       "|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : j.at("runs")) {
+    const Json& st = r.at("steps");
+    const Json& s0 = st.front();
+    const auto L = r.at("layers").get<std::size_t>();
+    std::string lowp;
+    if (s0.contains("lowp"))
+      for (const auto& c : s0.at("lowp")) {
+        std::int64_t inf = 0, nan = 0;
+        for (const char* f : {"fwd_inf", "bwd_inf"})
+          for (const auto& v : c.at(f)) inf += v.is_number() ? v.get<std::int64_t>() : 0;
+        for (const char* f : {"fwd_nan", "bwd_nan"})
+          for (const auto& v : c.at(f)) nan += v.is_number() ? v.get<std::int64_t>() : 0;
+        lowp += fmt::format("{}{} {} / {}", lowp.empty() ? "" : "; ", c.at("dtype").get<std::string>(), inf, nan);
+      }
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} → {} | {} |\n", r.at("placement").get<std::string>(),
+                     r.at("norm").get<std::string>(), L, num(s0.at("grad_w2").front()), num(s0.at("grad_w2").at(L - 1)),
+                     num(s0.at("act_in").at(L - 1)), st.size() > 1 ? num(st.at(1).at("model_update")) : "—",
+                     num(s0.at("loss")), num(st.back().at("loss")), lowp.empty() ? "—" : lowp);
+  }
+  s += "\n## What this study does not show\n\nAttention is not modelled (each block is one FFN sublayer with its "
+       "norms); the data are synthetic and the training is a few steps; no placement is always better — results depend "
+       "on depth, initialization, residual scaling, warmup, optimizer, learning rate and precision.\n";
+  return s;
+}
+
+}  // namespace normcheck::reports

@@ -1,0 +1,76 @@
+// The placement study's page and summary from its results file: a minimal valid file renders;
+// a file that is not one is refused with the field named (the CLI writes the file itself, so
+// these guard the reader against a results file from another version or edited by hand).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "normcheck/reports/study.hpp"
+
+namespace normcheck::reports {
+namespace {
+
+nlohmann::ordered_json minimal() {
+  nlohmann::ordered_json step = {{"step", 0}, {"loss", 1.5}, {"model_update", 0}, {"grad_w1", {1, 2}},
+                                 {"grad_w2", {3, "inf"}}, {"act_in", {1, 1}}, {"act_out", {1, 1}}, {"block_update", {0.5, 0.5}},
+                                 {"lowp", {{{"dtype", "float16"}, {"loss_finite", true}, {"fwd_inf", {0, 0, 0}}, {"fwd_nan", {0, 0, 0}},
+                                            {"fwd_subnormal", {0, 0, 0}}, {"bwd_inf", {0, 4, 0}}, {"bwd_nan", {9, 0, 0}},
+                                            {"bwd_subnormal", {0, 0, 1}}}}}};
+  return {{"format", "normcheck-study-placement"}, {"format_version", 1}, {"generator", "normcheck test"},
+          {"command", "normcheck study placement"}, {"options", {{"loss_scale", 65536}}},
+          {"checks", {{{"id", "c"}, {"source", "s"}, {"claim", "a | b"}, {"status", "reproduced"}, {"measured", "||x|| 1"}}}},
+          {"runs", {{{"placement", "post"}, {"norm", "layernorm"}, {"layers", 2}, {"steps", {step}}}}}};
+}
+
+std::string error_of(const nlohmann::ordered_json& j) {
+  try {
+    study_placement_markdown(j.dump(), "s.json");
+  } catch (const ReportError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StudyPage, MinimalFileRenders) {
+  const std::string md = study_placement_markdown(minimal().dump(), "s.json");
+  EXPECT_NE(md.find("| `c` | **reproduced** | \\|\\|x\\|\\| 1 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("float16 4 / 9"), std::string::npos) << md;
+  const std::string html = study_placement_html(minimal().dump(), "s.json", "", "");
+  EXPECT_NE(html.find("id=\"nc-status\""), std::string::npos);
+  EXPECT_NE(html.find("No plots: the plotting library"), std::string::npos);
+  // Text from the file ends neither the data's <script> element nor the table early.
+  auto j = minimal();
+  j["checks"][0]["measured"] = "</script><b>x";
+  const std::string page = study_placement_html(j.dump(), "s.json", "", "");
+  EXPECT_EQ(page.find("</script><b>x"), std::string::npos);
+  EXPECT_NE(page.find("&lt;/script&gt;&lt;b&gt;x"), std::string::npos);
+  EXPECT_NE(page.find("<\\/script><b>x"), std::string::npos);
+}
+
+TEST(StudyPage, BadFilesNameTheField) {
+  EXPECT_NE(error_of(nlohmann::ordered_json::array()).find("s.json: (root): expected an object"), std::string::npos);
+  auto j = minimal();
+  j["format"] = "normcheck-results";
+  EXPECT_NE(error_of(j).find("s.json: format: expected \"normcheck-study-placement\""), std::string::npos);
+  j = minimal();
+  j["format_version"] = 2;
+  EXPECT_NE(error_of(j).find("format_version"), std::string::npos);
+  j = minimal();
+  j["runs"][0]["steps"][0]["grad_w2"] = {1};
+  EXPECT_NE(error_of(j).find("runs[0].steps[0].grad_w2: expected 2 values (one per layer), got 1"), std::string::npos);
+  j = minimal();
+  j["runs"][0]["steps"][0]["lowp"][0]["bwd_nan"][1] = "x";
+  EXPECT_NE(error_of(j).find("runs[0].steps[0].lowp[0].bwd_nan[1]: expected a number"), std::string::npos);
+  j = minimal();
+  j["checks"][0].erase("status");
+  EXPECT_NE(error_of(j).find("checks[0].status: missing"), std::string::npos);
+  try {
+    study_placement_markdown("{\"format\":", "t.json");
+    ADD_FAILURE() << "truncated JSON accepted";
+  } catch (const ReportError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.json: not valid JSON"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace normcheck::reports
