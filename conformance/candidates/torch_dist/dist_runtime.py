@@ -333,10 +333,9 @@ def run_case(groups, args, case, inputs, out_shapes, plan, factory):
     return "result", gathered, copies, "", seconds
 
 
-def write_outputs(path, header, records, force):
+def write_outputs(path, header, records):
+    """Writes the file whole, then renames it into place: never a half-written file."""
     import h5py
-    if os.path.exists(path) and not force:
-        raise SystemExit(f"dist_runtime: {path} exists (use --force to replace it)")
     tmp = path + ".tmp"
     with h5py.File(tmp, "w") as f:
         for k, v in header.items():
@@ -403,6 +402,18 @@ def main(argv=None):
     except (PlanError, ValueError, ImportError, AttributeError) as e:
         print(f"dist_runtime: {e}", file=sys.stderr)
         return 2
+    def out_path(module, name):
+        if args.out:
+            return args.out
+        return os.path.join(args.out_dir, module.replace(":", ".").split(".")[-1], name + ".h5")
+
+    existing = [out_path(m, j[0]) for m in args.module for j in jobs if os.path.exists(out_path(m, j[0]))]
+    if existing and not args.force:
+        print(f"dist_runtime: {existing[0]} exists (use --force to replace it)", file=sys.stderr)
+        return 2
+    if not os.path.exists(args.fixtures):
+        print(f"dist_runtime: no fixture file {args.fixtures}", file=sys.stderr)
+        return 2
     groups, timing, t_all = {}, {"cases": [], "startup_s": []}, time.perf_counter()
     counts = {}
     try:
@@ -423,15 +434,12 @@ def main(argv=None):
                                             "seconds": secs})
                     if status != "result":
                         print(f"{module} {name} {cid}: {status.upper()}: {message}", file=sys.stderr)
-                if args.out:
-                    out = args.out
-                else:
-                    out = os.path.join(args.out_dir, module.replace(":", ".").split(".")[-1], name + ".h5")
-                    os.makedirs(os.path.dirname(out), exist_ok=True)
+                out = out_path(module, name)
+                os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
                 header = {"generator": "normcheck dist_runtime", "module": module, "shard_plan": plan.text,
                           "backend": args.backend, "fixtures": os.path.basename(args.fixtures),
                           "command": " ".join([os.path.basename(sys.argv[0])] + (argv if argv is not None else sys.argv[1:]))}
-                write_outputs(out, header, records, args.force)
+                write_outputs(out, header, records)
     finally:
         for g in groups.values():
             g.close()

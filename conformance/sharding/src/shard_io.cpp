@@ -27,21 +27,6 @@ struct Handle {
 
 bool has_link(hid_t g, const std::string& name) { return H5Lexists(g, name.c_str(), H5P_DEFAULT) > 0; }
 
-#if H5_VERSION_GE(1, 12, 0)
-herr_t collect_name(hid_t, const char* name, const H5L_info2_t*, void* data) {
-#else
-herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* data) {
-#endif
-  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-  return 0;
-}
-
-std::vector<std::string> members(hid_t g) {
-  std::vector<std::string> names;
-  H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name, &names);
-  return names;
-}
-
 std::optional<std::string> string_attr(hid_t obj, const char* name) {
   if (H5Aexists(obj, name) <= 0) return std::nullopt;
   Handle a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
@@ -126,25 +111,22 @@ ShardedOutputs read_sharded(const std::string& path, const std::string& id, std:
       out.status != "UNSUPPORTED")
     throw fix::FixtureError(where, "status '" + out.status + "' is not CRASHED, TIMEOUT or UNSUPPORTED");
   if (has_link(g.id, "copies")) {
+    // copies/0, copies/1 ... each with some of the gathered outputs' names
     Handle cg(H5Gopen2(g.id, "copies", H5P_DEFAULT), H5Gclose);
-    std::vector<std::string> ks = members(cg.id);
-    for (std::size_t k = 0; k < ks.size(); ++k) {
+    for (std::size_t k = 0; has_link(cg.id, std::to_string(k)); ++k) {
       const std::string kname = std::to_string(k);
-      if (!has_link(cg.id, kname))
-        throw fix::FixtureError(where,
-                                fmt::format("copies/ has no copy {} (copies 0..{})", k, ks.size() - 1));
       Handle kg(H5Gopen2(cg.id, kname.c_str(), H5P_DEFAULT), H5Gclose);
-      for (const auto& name : members(kg.id)) {
+      for (const auto& [name, gathered] : out.gathered) {
+        if (!has_link(kg.id, name)) continue;
         auto& v = out.copies[name];
         if (v.size() != k)
           throw fix::FixtureError(where,
                                   fmt::format("copies/{}/{}: copy {} of it is missing", k, name, v.size()));
         ref::Tensor t = read_tensor(kg.id, name, where + ": copies/" + kname);
-        auto it = out.gathered.find(name);
-        if (it == out.gathered.end() || it->second.shape != t.shape)
-          throw fix::FixtureError(
-              where, fmt::format("copies/{}/{}: no outputs/{} of the same shape", k, name, name));
-        t.dtype = it->second.dtype;
+        if (gathered.shape != t.shape)
+          throw fix::FixtureError(where,
+                                  fmt::format("copies/{}/{}: not the shape of outputs/{}", k, name, name));
+        t.dtype = gathered.dtype;
         v.push_back(std::move(t));
       }
     }

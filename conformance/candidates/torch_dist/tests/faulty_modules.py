@@ -1,5 +1,7 @@
 """Modules that break their ranks on purpose, for the isolation tests: the runtime must turn each
-into CRASHED or TIMEOUT for that case, tear the group down and go on with a fresh one."""
+into CRASHED or TIMEOUT for that case, tear the group down and go on with a fresh one. Each is
+the correct module except on forward cases, where one rank does something bad before its first
+collective (so the other rank waits inside that all-reduce)."""
 import os
 import signal
 import time
@@ -7,28 +9,19 @@ import time
 from sharded_norms import correct
 
 
-def exit_rank1_forward(ctx):
-    """Rank 1 exits with status 3 on forward cases; the other rank waits in its all-reduce."""
-    if ctx.rank == 1 and ctx.direction == "forward":
-        os._exit(3)
-    return correct(ctx)
+def _raise():
+    raise RuntimeError("planted failure on rank 0")
 
 
-def segv_rank1_forward(ctx):
-    if ctx.rank == 1 and ctx.direction == "forward":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    return correct(ctx)
+def _breaks(rank, action):
+    def factory(ctx):
+        if ctx.rank == rank and ctx.direction == "forward":
+            action()
+        return correct(ctx)
+    return factory
 
 
-def hang_rank1_forward(ctx):
-    """Rank 1 never answers on forward cases (a rank stuck outside any collective)."""
-    if ctx.rank == 1 and ctx.direction == "forward":
-        time.sleep(3600)
-    return correct(ctx)
-
-
-def raise_rank0_forward(ctx):
-    """Rank 0 raises; rank 1 is left inside the first all-reduce of the case."""
-    if ctx.rank == 0 and ctx.direction == "forward":
-        raise RuntimeError("planted failure on rank 0")
-    return correct(ctx)
+exit_rank1_forward = _breaks(1, lambda: os._exit(3))                       # exits with status 3
+segv_rank1_forward = _breaks(1, lambda: os.kill(os.getpid(), signal.SIGSEGV))  # killed by SIGSEGV
+hang_rank1_forward = _breaks(1, lambda: time.sleep(3600))                  # never answers
+raise_rank0_forward = _breaks(0, _raise)                                   # an exception on one rank

@@ -131,6 +131,26 @@ class TorchDist(unittest.TestCase):
                 self.assertIn("2 PASSED", c.stdout)
         print(f"\nisolation: 4 modules x 3 cases with 4 groups torn down and restarted: {wall:.1f} s", file=sys.stderr)
 
+    def test_bad_input_is_a_clear_error(self):
+        runtime = [sys.executable, os.path.join(PKG, "dist_runtime.py"), "--fixtures", self.fixtures]
+        correct = ["--module", "sharded_norms:correct"]
+        for extra, words in ((correct + ["--plan", "tp=4,tq=2", "-o", "x.h5"], "unknown key 'tq'"),
+                             (correct + ["--plan", "tp=2", "-o", os.path.join(self.out, "correct", "tp2.h5")], "exists"),
+                             (["--module", "no_such_module:f", "--plan", "tp=2", "-o", "y.h5"], "no_such_module")):
+            r = subprocess.run(runtime + extra, capture_output=True, text=True, timeout=120, cwd=self.tmp.name)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(words, r.stderr)
+        # an ordinary outputs file has no shard_plan: the checker says so and exits 2
+        plain = os.path.join(self.tmp.name, "plain.h5")
+        import h5py
+        with h5py.File(plain, "w") as f, h5py.File(self.fixtures, "r") as fx:
+            cid = sorted(fx["cases"])[0]
+            for k in fx[f"cases/{cid}/expected"]:
+                f.create_dataset(f"cases/{cid}/outputs/{k}", data=fx[f"cases/{cid}/expected/{k}"][...])
+        r = shard_check("--fixtures", self.fixtures, plain)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("shard_plan", r.stderr)
+
     def test_plans(self):
         p = Plan("tp=10+30+20+36,sp=2,reduce=bfloat16")
         self.assertEqual((p.tp, p.sp, p.world, p.reduce), (4, 2, 8, "bfloat16"))
