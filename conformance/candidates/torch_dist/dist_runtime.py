@@ -192,9 +192,11 @@ class Group:
             try:
                 self.conns[r].recv()
             except EOFError:
+                self.procs[r].join(5)
                 code = self.procs[r].exitcode
                 self.kill()
-                raise RuntimeError(f"rank {r} of {world} failed to start: {_exit_text(code)}")
+                raise RuntimeError(f"rank {r} of {world} failed to start: {_exit_text(code)} "
+                                   f"(its traceback is on stderr; --backend {backend})")
         self.startup_s = time.perf_counter() - t0
 
     def run(self, msgs, timeout_s, grace_s=5.0):
@@ -284,7 +286,7 @@ def read_case(f, cid):
     return case, inputs, outs
 
 
-def run_case(groups, args, case, inputs, out_shapes, plan, factory):
+def run_case(groups, failures, args, case, inputs, out_shapes, plan, factory):
     """Runs one case under one plan. Returns (status, gathered outputs, copies, message, seconds)."""
     if case.get("residual", "none") != "none" or case.get("block", "none") != "none":
         return "unsupported", {}, {}, "sharded cases have no residual and no block", 0.0
@@ -294,8 +296,17 @@ def run_case(groups, args, case, inputs, out_shapes, plan, factory):
         return "unsupported", {}, {}, f"plan {plan}: {e}", 0.0
     case = dict(case, n_full=lay.n_full, n_local=lay.n_local)
     world = plan.world
+    failed = failures  # rank count -> (start-ups failed in a row, the last error)
     if world not in groups:
-        groups[world] = Group(world, args.backend, args.timeout)
+        # as the subprocess host does (PROTOCOL.md): after 3 failed start-ups in a row, stop trying
+        if failed.get(world, (0, ""))[0] >= 3:
+            return "crashed", {}, {}, f"the {world} ranks could not start: {failed[world][1]}", 0.0
+        try:
+            groups[world] = Group(world, args.backend, args.timeout)
+            failed.pop(world, None)
+        except RuntimeError as e:
+            failed[world] = (failed.get(world, (0, ""))[0] + 1, str(e))
+            return "crashed", {}, {}, f"the {world} ranks could not start: {e}", 0.0
     g = groups[world]
     msgs = []
     for r in range(world):
@@ -414,7 +425,7 @@ def main(argv=None):
     if not os.path.exists(args.fixtures):
         print(f"dist_runtime: no fixture file {args.fixtures}", file=sys.stderr)
         return 2
-    groups, timing, t_all = {}, {"cases": [], "startup_s": []}, time.perf_counter()
+    groups, failures, timing, t_all = {}, {}, {"cases": [], "startup_s": []}, time.perf_counter()
     counts = {}
     try:
         with h5py.File(args.fixtures, "r") as f:
@@ -424,7 +435,7 @@ def main(argv=None):
                 for cid in [i for i in ids if any(fnmatch.fnmatchcase(i, g) for g in globs)]:
                     case, inputs, outs = read_case(f, cid)
                     before = set(groups)
-                    status, gathered, copies, message, secs = run_case(groups, args, case, inputs, outs, plan, module)
+                    status, gathered, copies, message, secs = run_case(groups, failures, args, case, inputs, outs, plan, module)
                     for w in set(groups) - before:
                         timing["startup_s"].append({"world": w, "seconds": groups[w].startup_s})
                     records[cid] = {"plan": plan.text, "status": status, "outputs": gathered, "copies": copies,

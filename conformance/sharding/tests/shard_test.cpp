@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <ostream>
 #include <random>
 
 #include "normcheck/reference/evaluate.hpp"
@@ -148,6 +149,9 @@ struct FaultCase {
   const char* diagnosis;
 };
 
+// Readable names in ctest's list: "rank_local on tp=4".
+void PrintTo(const FaultCase& f, std::ostream* os) { *os << f.fault << " on " << f.plan; }
+
 class Faults : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(Faults, FailWithTheirDiagnosis) {
@@ -252,7 +256,8 @@ TEST(Emulation, FaultsOverRandomPlans) {
       ++rejected;
       const bool ok = res.message.find(f.diagnosis) != std::string::npos;
       named += ok;
-      if (!ok) std::printf("  %s %s %s: %s\n", f.name, text.c_str(), ref::name_of(dt).data(), res.message.c_str());
+      if (!ok)
+        std::printf("  %s %s %s: %s\n", f.name, text.c_str(), ref::name_of(dt).data(), res.message.c_str());
     }
     std::printf("%-14s %3d random plans: %3d rejected, %3d of them diagnosed as the fault\n", f.name, runs,
                 rejected, named);
