@@ -1,0 +1,81 @@
+// normcheck-shard-check: checks sharded outputs files (written by the torch.distributed runtime,
+// conformance/candidates/torch_dist/) against the unsharded certified fixtures. A thin layer over
+// check_sharded; `normcheck check` takes it over when the judge absorbs the sharding term.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "normcheck/fixtures/error.hpp"
+#include "normcheck/sharding/shard.hpp"
+
+using namespace normcheck;
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Check sharded outputs files against unsharded certified fixtures (conformance/sharding/README.md)"};
+  std::string fixtures;
+  std::vector<std::string> outputs;
+  bool expect_reject = false, quiet = false;
+  app.add_option("--fixtures", fixtures, "The fixture file the runtime ran")->required();
+  app.add_option("outputs", outputs, "Sharded outputs files (one per plan)")->required();
+  app.add_flag(
+      "--expect-reject", expect_reject,
+      "Exit 0 only if some case of the files is FAILED, CRASHED, TIMEOUT or MISSING (a mutant's plans)");
+  app.add_flag("--quiet", quiet, "Only the summary line of each file");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    fix::FixtureReader fx(fixtures);
+    bool all_ok = true, any_rejected = false;
+    for (const auto& path : outputs) {
+      std::map<conf::Verdict, int> counts;
+      double seconds = 0;
+      for (const auto& id : shard::sharded_case_ids(path)) {
+        const auto& fids = fx.case_ids();
+        if (!std::binary_search(fids.begin(), fids.end(), id))
+          throw fix::FixtureError(path, fmt::format("case {} is not in the fixture file {}", id, fixtures));
+        std::string plan_text;
+        const shard::ShardedOutputs got = shard::read_sharded(path, id, &plan_text);
+        shard::Plan plan;
+        try {
+          plan = shard::parse_plan(plan_text);
+        } catch (const std::invalid_argument& e) {
+          throw fix::FixtureError(path, fmt::format("case {}: shard_plan: {}", id, e.what()));
+        }
+        const fix::FixtureCase fc = fx.read_case(id);
+        const conf::CaseResult r = shard::check_sharded(fc, plan, got);
+        counts[r.verdict] += 1;
+        seconds += got.seconds;
+        if (r.verdict == conf::Verdict::passed || quiet) continue;
+        fmt::print("{} {} [{}]: {}{}\n", path, id, plan_text, conf::name_of(r.verdict),
+                   r.message.empty() ? "" : " " + r.message);
+        for (const auto& o : r.outputs)
+          if (o.verdict != conf::Verdict::passed)
+            fmt::print("    {} {}: {}\n", o.name, conf::name_of(o.verdict), o.reason);
+      }
+      bool failed = false;
+      std::string summary;
+      for (const auto& [v, n] : counts) {
+        summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, conf::name_of(v));
+        failed = failed || conf::is_failure(v);
+      }
+      int cases = 0;
+      for (const auto& [v, n] : counts) cases += n;
+      fmt::print("{}: {} ({:.1f} ms per case in the ranks)\n", path, summary.empty() ? "no cases" : summary,
+                 cases == 0 ? 0.0 : 1e3 * seconds / cases);
+      all_ok = all_ok && !failed;
+      any_rejected = any_rejected || failed;
+    }
+    if (expect_reject) return any_rejected ? 0 : 1;
+    return all_ok ? 0 : 1;
+  } catch (const fix::FixtureError& e) {
+    std::fprintf(stderr, "normcheck-shard-check: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "normcheck-shard-check: internal error: %s\n", e.what());
+    return 3;
+  }
+}

@@ -1,0 +1,518 @@
+// Shard plans, the sharding allowance term, and the check of gathered outputs and rank copies
+// (README.md in this folder derives the term and lists the dialects).
+#include "normcheck/sharding/shard.hpp"
+
+#include "normcheck/conformance/diagnosis.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+namespace normcheck::shard {
+namespace {
+
+std::vector<std::int64_t> parse_sizes(const std::string& key, const std::string& v, int* count) {
+  std::vector<std::int64_t> sizes;
+  if (v.find('+') == std::string::npos) {
+    std::size_t used = 0;
+    int r = 0;
+    try {
+      r = std::stoi(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != v.size() || r < 1)
+      throw std::invalid_argument(key + "=" + v + ": expected a rank count or sizes s1+s2+...");
+    *count = r;
+    return sizes;
+  }
+  std::size_t start = 0;
+  while (start <= v.size()) {
+    const std::size_t end = std::min(v.find('+', start), v.size());
+    const std::string part = v.substr(start, end - start);
+    std::size_t used = 0;
+    long long s = 0;
+    try {
+      s = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size() || s <= 0)
+      throw std::invalid_argument(key + "=" + v + ": shard sizes must be positive integers joined by '+'");
+    sizes.push_back(s);
+    start = end + 1;
+  }
+  *count = static_cast<int>(sizes.size());
+  return sizes;
+}
+
+// Shard of each index 0..n-1 for `parts` contiguous shards (numpy.array_split sizes by default).
+std::vector<std::int64_t> split(std::int64_t n, int parts, const std::vector<std::int64_t>& sizes,
+                                const std::string& what) {
+  std::vector<std::int64_t> s = sizes;
+  if (s.empty()) {
+    if (n < parts)
+      throw std::invalid_argument(fmt::format("{} has {} elements, fewer than its {} ranks", what, n, parts));
+    for (int k = 0; k < parts; ++k) s.push_back(n / parts + (k < n % parts ? 1 : 0));
+  } else if (std::accumulate(s.begin(), s.end(), std::int64_t{0}) != n) {
+    throw std::invalid_argument(fmt::format("{} has {} elements; the shard sizes add up to {}", what, n,
+                                            std::accumulate(s.begin(), s.end(), std::int64_t{0})));
+  }
+  std::vector<std::int64_t> owner;
+  for (std::size_t k = 0; k < s.size(); ++k)
+    owner.insert(owner.end(), static_cast<std::size_t>(s[k]), static_cast<std::int64_t>(k));
+  return owner;
+}
+
+// gamma(k) = k u / (1 - k u) (TOLERANCE.md section 1); infinite where k u >= 1.
+double gamma_of(double k, double u) {
+  return k * u < 1 ? k * u / (1 - k * u) : std::numeric_limits<double>::infinity();
+}
+
+// The smallest subnormal of a format: the floor of one rounding (TOLERANCE.md takes the full
+// spacing per operation, as here).
+double subnormal_spacing(ref::DType t) {
+  const auto f = ref::format_of(t);
+  return std::ldexp(1.0, f.min_exp - f.precision + 1);
+}
+
+// Row statistics of the exact computation, in long double: mu (0 for RMSNorm) and r = 1/sqrt(q)
+// over the columns `cols` of the row (all of them for the unsharded norm).
+struct RowStats {
+  long double mu = 0, r = 0;
+};
+
+RowStats stats_over(const ref::Case& c, const ref::Geometry& g, std::int64_t row,
+                    const std::vector<std::int64_t>& cols, bool div_world_of_means = false,
+                    const Layout* lay = nullptr, int tp = 1) {
+  const auto& x = c.inputs.at("x").data;
+  const std::int64_t base = g.row_base[static_cast<std::size_t>(row)];
+  RowStats s;
+  const long double n = static_cast<long double>(cols.size());
+  if (c.op == ref::Op::layernorm) {
+    long double sum = 0;
+    for (auto j : cols) sum += x[static_cast<std::size_t>(base + g.col_delta[static_cast<std::size_t>(j)])];
+    s.mu = sum / n;
+  }
+  long double q = 0;
+  if (div_world_of_means) {
+    // vLLM MiniMaxText01RMSNormTP: (1/T) sum_t (sum over shard t of h^2) / n_t
+    std::vector<long double> ss(static_cast<std::size_t>(tp), 0);
+    for (auto j : cols) {
+      const long double v = x[static_cast<std::size_t>(base + g.col_delta[static_cast<std::size_t>(j)])];
+      ss[static_cast<std::size_t>(lay->col_shard[static_cast<std::size_t>(j)])] += v * v;
+    }
+    for (int t = 0; t < tp; ++t)
+      q += ss[static_cast<std::size_t>(t)] /
+           static_cast<long double>(lay->n_local[static_cast<std::size_t>(t)]);
+    q /= tp;
+  } else {
+    for (auto j : cols) {
+      const long double d =
+          x[static_cast<std::size_t>(base + g.col_delta[static_cast<std::size_t>(j)])] - s.mu;
+      q += d * d;
+    }
+    q /= n;
+  }
+  s.r = 1.0L / std::sqrt(q + static_cast<long double>(c.epsilon));
+  return s;
+}
+
+// A dialect's outputs in long double: y (forward) or dx, dweight, dbias (backward) of the norm
+// whose statistics (and backward row sums) are taken over the column groups `groups` (one group
+// of every column: the correct norm; the tp shards: rank-local), or with MiniMax's rstd.
+struct Dialect {
+  std::string name, explanation;
+  std::map<std::string, std::vector<long double>> out;
+};
+
+Dialect evaluate_dialect(const ref::Case& c, const ref::Geometry& g, const Layout& lay, const Plan& p,
+                         bool rank_local, bool div_world) {
+  Dialect d;
+  const auto& x = c.inputs.at("x").data;
+  const auto* w = c.inputs.count("weight") ? &c.inputs.at("weight").data : nullptr;
+  const auto* b = c.inputs.count("bias") ? &c.inputs.at("bias").data : nullptr;
+  const auto* dy = c.inputs.count("dy") ? &c.inputs.at("dy").data : nullptr;
+  const bool bwd = c.direction == ref::Direction::backward;
+  std::vector<std::vector<std::int64_t>> groups(rank_local ? static_cast<std::size_t>(p.tp) : 1);
+  for (std::int64_t j = 0; j < g.cols; ++j)
+    groups[rank_local ? static_cast<std::size_t>(lay.col_shard[static_cast<std::size_t>(j)]) : 0].push_back(
+        j);
+  const auto n_el = static_cast<std::size_t>(g.rows * g.cols);
+  auto& y = d.out[bwd ? "dx" : "y"];
+  y.assign(n_el, 0);
+  std::vector<long double> dw(static_cast<std::size_t>(g.cols), 0), db(static_cast<std::size_t>(g.cols), 0);
+  auto scale = [&](std::int64_t j) {
+    return w ? static_cast<long double>(c.weight_offset) + (*w)[static_cast<std::size_t>(j)] : 1.0L;
+  };
+  for (std::int64_t row = 0; row < g.rows; ++row) {
+    const std::int64_t base = g.row_base[static_cast<std::size_t>(row)];
+    for (const auto& cols : groups) {
+      const RowStats s = stats_over(c, g, row, cols, div_world, &lay, p.tp);
+      auto at = [&](std::int64_t j) {
+        return static_cast<std::size_t>(base + g.col_delta[static_cast<std::size_t>(j)]);
+      };
+      // backward row sums over the same columns, with the full n where only rstd is wrong
+      long double sg = 0, sgx = 0;
+      const long double n =
+          static_cast<long double>(div_world ? g.cols : static_cast<std::int64_t>(cols.size()));
+      for (auto j : cols) {
+        const long double xh = (x[at(j)] - s.mu) * s.r;
+        if (!bwd) {
+          y[at(j)] = xh * scale(j) + (b ? static_cast<long double>((*b)[static_cast<std::size_t>(j)]) : 0.0L);
+          continue;
+        }
+        const long double gj = (*dy)[at(j)] * scale(j);
+        sg += gj;
+        sgx += gj * xh;
+        dw[static_cast<std::size_t>(j)] += (*dy)[at(j)] * xh;
+        db[static_cast<std::size_t>(j)] += (*dy)[at(j)];
+      }
+      if (!bwd) continue;
+      for (auto j : cols) {
+        const long double xh = (x[at(j)] - s.mu) * s.r;
+        long double k = (*dy)[at(j)] * scale(j) - xh * sgx / n;
+        if (c.op == ref::Op::layernorm) k -= sg / n;
+        y[at(j)] = s.r * k;
+      }
+    }
+  }
+  if (bwd) {
+    d.out["dweight"] = dw;
+    d.out["dbias"] = db;
+  }
+  return d;
+}
+
+// Largest |got - predicted| / allowance over the compared elements of an output. The allowance
+// is the element's (derived at the correct value) plus an ulp of the output dtype at the
+// dialect's value: a kernel with the fault rounds its own value, which may lie in a binade of
+// larger ulp than the correct one.
+// `scale` widens the derived part for a dialect whose sums are that many times larger (R times
+// the gradient: its 16-bit reduce rounds values R times the size).
+double worst_ratio(const ref::Tensor& got, const std::vector<long double>& predicted,
+                   const conf::OutputAllowance& a, double scale = 1) {
+  double worst = 0;
+  for (std::size_t i = 0; i < got.data.size() && i < predicted.size(); ++i) {
+    const double al =
+        scale * a.abs[i] + conf::ulp_of(std::fabs(static_cast<double>(predicted[i])), got.dtype);
+    if (std::isnan(al)) continue;
+    const double e = std::fabs(static_cast<double>(static_cast<long double>(got.data[i]) - predicted[i]));
+    worst =
+        std::max(worst, std::isnan(e) ? std::numeric_limits<double>::infinity() : e / std::max(al, 1e-300));
+  }
+  return worst;
+}
+
+bool same_bits(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+
+}  // namespace
+
+Plan parse_plan(const std::string& text) {
+  Plan p;
+  p.text = text;
+  std::vector<std::string> seen;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const std::size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (eq == std::string::npos || std::find(seen.begin(), seen.end(), key) != seen.end())
+      throw std::invalid_argument("plan '" + text + "': '" + item + "' is not a new key=value");
+    seen.push_back(key);
+    if (key == "tp") {
+      p.tp_sizes = parse_sizes(key, value, &p.tp);
+    } else if (key == "sp") {
+      p.sp_sizes = parse_sizes(key, value, &p.sp);
+    } else if (key == "sp_dim") {
+      if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value.size() > 2)
+        throw std::invalid_argument("plan '" + text + "': sp_dim must be a dim number");
+      p.sp_dim = std::stoi(value);
+    } else if (key == "reduce") {
+      const auto t = ref::parse_dtype(value);
+      if (!t || *t == ref::DType::float64)
+        throw std::invalid_argument("plan '" + text + "': reduce=" + value +
+                                    " is not one of float32, bfloat16, float16");
+      p.reduce = *t;
+    } else {
+      throw std::invalid_argument("plan '" + text + "': unknown key '" + key + "' (tp, sp, sp_dim, reduce)");
+    }
+  }
+  if (p.world() < 2) throw std::invalid_argument("plan '" + text + "': a plan needs at least 2 ranks");
+  return p;
+}
+
+Layout layout_of(const ref::Case& c, const Plan& p) {
+  const ref::Geometry g = ref::geometry_of(c);
+  const auto rank = static_cast<std::int64_t>(g.shape.size());
+  const auto k = static_cast<std::int64_t>(g.norm_dims.size());
+  for (std::int64_t i = 0; i < k; ++i)
+    if (g.norm_dims[static_cast<std::size_t>(i)] != rank - k + i)
+      throw std::invalid_argument(
+          "the normalized dims are not trailing (sharded cases normalize trailing dims)");
+  const std::int64_t first = rank - k;
+  Layout lay;
+  const std::int64_t tp_extent = g.shape[static_cast<std::size_t>(first)];
+  const std::int64_t inner = g.cols / tp_extent;
+  const auto tp_owner = split(tp_extent, p.tp, p.tp_sizes, fmt::format("dim {} (tp)", first));
+  lay.n_local.assign(static_cast<std::size_t>(p.tp), 0);
+  for (std::int64_t j = 0; j < g.cols; ++j) {
+    const auto t = tp_owner[static_cast<std::size_t>(j / inner)];
+    lay.col_shard.push_back(t);
+    lay.n_local[static_cast<std::size_t>(t)] += 1;
+  }
+  lay.row_shard.assign(static_cast<std::size_t>(g.rows), 0);
+  if (p.sp > 1) {
+    if (p.sp_dim >= first)
+      throw std::invalid_argument(fmt::format("sp_dim {} is a normalized dim: sp splits rows", p.sp_dim));
+    const auto sp_owner = split(g.shape[static_cast<std::size_t>(p.sp_dim)], p.sp, p.sp_sizes,
+                                fmt::format("dim {} (sp)", p.sp_dim));
+    std::int64_t below = 1;  // row-major stride of sp_dim among the row dims
+    for (std::int64_t d = p.sp_dim + 1; d < first; ++d) below *= g.shape[static_cast<std::size_t>(d)];
+    for (std::int64_t r = 0; r < g.rows; ++r)
+      lay.row_shard[static_cast<std::size_t>(r)] =
+          sp_owner[static_cast<std::size_t>((r / below) % g.shape[static_cast<std::size_t>(p.sp_dim)])];
+  }
+  return lay;
+}
+
+void widen_for_plan(std::map<std::string, conf::OutputAllowance>& allow, const ref::Case& c, const Plan& p) {
+  const double ua = ref::unit_roundoff(p.reduce);
+  if (p.sp < 2 || ua <= ref::unit_roundoff(c.dtype_compute)) return;  // README: no term
+  const ref::Geometry g = ref::geometry_of(c);
+  const auto& x = c.inputs.at("x").data;
+  const auto* dy = c.inputs.count("dy") ? &c.inputs.at("dy").data : nullptr;
+  if (!dy) return;
+  // S_j: the sums of |terms| of each column (dweight: |dy xhat|, dbias: |dy|), from the exact
+  // statistics in long double; their own relative error (< 2^-50) is covered by the 2^-40 margin.
+  std::vector<long double> s_w(static_cast<std::size_t>(g.cols), 0), s_b(static_cast<std::size_t>(g.cols), 0);
+  std::vector<long double> f_w(static_cast<std::size_t>(g.cols), 0), f_b(static_cast<std::size_t>(g.cols), 0);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(g.cols));
+  std::iota(all.begin(), all.end(), 0);
+  for (std::int64_t row = 0; row < g.rows; ++row) {
+    const RowStats s = stats_over(c, g, row, all);
+    const std::int64_t base = g.row_base[static_cast<std::size_t>(row)];
+    for (std::int64_t j = 0; j < g.cols; ++j) {
+      const auto at = static_cast<std::size_t>(base + g.col_delta[static_cast<std::size_t>(j)]);
+      const long double term = (*dy)[at] * (x[at] - s.mu) * s.r;
+      s_w[static_cast<std::size_t>(j)] += std::fabs(term);
+      s_b[static_cast<std::size_t>(j)] += std::fabs((*dy)[at]);
+      f_w[static_cast<std::size_t>(j)] += term;
+      f_b[static_cast<std::size_t>(j)] += (*dy)[at];
+    }
+  }
+  // A 16-bit add done in float32 and rounded to 16 bits rounds twice: u_a + u_c (1 + u_a).
+  const double gam = gamma_of(p.sp, ua + 2 * ref::unit_roundoff(c.dtype_compute));
+  const double floor = p.sp * subnormal_spacing(p.reduce);
+  struct Column {
+    const char* name;
+    const std::vector<long double>* abs_sum;
+    const std::vector<long double>* sum;
+  };
+  for (const auto& [name, sums, values] : {Column{"dweight", &s_w, &f_w}, Column{"dbias", &s_b, &f_b}}) {
+    auto it = allow.find(name);
+    if (it == allow.end()) continue;
+    auto& a = it->second.abs;
+    for (std::size_t j = 0; j < a.size() && j < sums->size(); ++j) {
+      const double sj = static_cast<double>((*sums)[j]);
+      if (std::isnan(a[j]) || !std::isfinite(sj)) continue;
+      const double extra = gam * (sj * (1 + 0x1p-40) + a[j]) + floor;
+      // The final rounding's half ulp, taken at the larger error (README.md, "The allowance
+      // term"): v is a lower bound on |exact| (the long double sum less its error bound).
+      const double v =
+          std::max(0.0, static_cast<double>(std::fabs((*values)[j])) * (1 - 0x1p-40) - sj * 0x1p-40);
+      const double jump =
+          0.5 * (conf::ulp_of(v + a[j] + extra, c.dtype_param) - conf::ulp_of(v, c.dtype_param));
+      a[j] += extra + std::max(0.0, jump);
+    }
+  }
+}
+
+conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const ShardedOutputs& stored) {
+  // Values are taken as stored (any float type); each output's dtype is the case's.
+  ShardedOutputs got = stored;
+  for (auto& [name, t] : got.gathered)
+    if (fc.expected.count(name)) t.dtype = fc.expected.at(name).value.dtype;
+  for (auto& [name, v] : got.copies)
+    for (auto& t : v)
+      if (fc.expected.count(name)) t.dtype = fc.expected.at(name).value.dtype;
+  conf::CaseResult res;
+  res.case_id = fc.id;
+  res.seconds = got.seconds;
+  if (!got.status.empty()) {
+    const auto v = conf::parse_verdict(got.status);
+    res.verdict = v ? *v : conf::Verdict::crashed;
+    res.message = got.message;
+    conf::describe_case(res, fc);
+    return res;
+  }
+  auto allow = conf::derive_allowances(fc.c);
+  widen_for_plan(allow, fc.c, p);
+  res = conf::check_case(fc, got.gathered, allow);
+  res.seconds = got.seconds;
+  conf::describe_case(res, fc);
+  auto worse = [&](conf::Verdict v) { res.verdict = std::max(res.verdict, v); };
+  // Every copy of a replicated output against the reference, and against copy 0 bit for bit.
+  for (const auto& [name, copies] : got.copies) {
+    for (std::size_t k = 1; k < copies.size(); ++k) {
+      conf::Outputs o = got.gathered;
+      o[name] = copies[k];
+      const conf::CaseResult rk = conf::check_case(fc, o, allow);
+      for (auto orr : rk.outputs) {
+        if (orr.name != name) continue;
+        orr.name = fmt::format("{}[copy {}]", name, k);
+        worse(orr.verdict);
+        res.outputs.push_back(orr);
+      }
+      std::int64_t differ = 0, first = -1;
+      const auto& a = copies[0].data;
+      const auto& b = copies[k].data;
+      for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+        if (!same_bits(a[i], b[i]) && differ++ == 0) first = static_cast<std::int64_t>(i);
+      if (differ > 0 || a.size() != b.size()) {
+        conf::OutputResult d;
+        d.name = fmt::format("{}[copies 0,{}]", name, k);
+        d.verdict = conf::Verdict::failed;
+        d.elements = static_cast<std::int64_t>(a.size());
+        d.failed = differ;
+        d.reason =
+            a.size() != b.size()
+                ? "copies differ in size"
+                : fmt::format(
+                      "the ranks' copies must be bit-identical (one all-reduce result); {} of {} elements "
+                      "differ, first at {}: {} ({}) against {} ({})",
+                      differ, a.size(), first, ref::hex_text(b[static_cast<std::size_t>(first)]),
+                      b[static_cast<std::size_t>(first)], ref::hex_text(a[static_cast<std::size_t>(first)]),
+                      a[static_cast<std::size_t>(first)]);
+        worse(conf::Verdict::failed);
+        res.outputs.push_back(d);
+      }
+    }
+  }
+  if (res.verdict != conf::Verdict::failed) return res;
+
+  // Diagnosis: which sharding dialect explains the failing outputs (within their allowance).
+  const ref::Geometry g = ref::geometry_of(fc.c);
+  const Layout lay = layout_of(fc.c, p);
+  std::vector<std::string> lines;
+  std::vector<Dialect> dialects;
+  if (p.tp > 1) {
+    dialects.push_back(evaluate_dialect(fc.c, g, lay, p, true, false));
+    dialects.back().name = "rank-local statistics";
+    dialects.back().explanation = fmt::format(
+        "the norm's sums taken over each rank's own {} columns of {}, not all-reduced "
+        "over the {} tp ranks (gpt-neox #1424; QK-norm without its gather, vLLM OLMo2)",
+        fmt::join(lay.n_local, "/"), g.cols, p.tp);
+    if (fc.c.op == ref::Op::rmsnorm) {
+      dialects.push_back(evaluate_dialect(fc.c, g, lay, p, false, true));
+      dialects.back().name = "sum of squares divided by the world size";
+      dialects.back().explanation = fmt::format(
+          "rstd from (1/{}) * sum over ranks of each shard's mean square: exact only "
+          "for equal shards (these are {}; vLLM MiniMaxText01RMSNormTP)",
+          p.tp, fmt::join(lay.n_local, "+"));
+    }
+  }
+  for (const auto& d : dialects) {
+    for (const auto& [oname, pred] : d.out) {
+      auto it = got.gathered.find(oname);
+      if (it == got.gathered.end() || oname == "dweight" || oname == "dbias") continue;
+      // only outputs that failed: on equal shards MiniMax's rstd is the correct one
+      const auto o = std::find_if(res.outputs.begin(), res.outputs.end(), [&](const conf::OutputResult& x) {
+        return x.name == oname && x.verdict == conf::Verdict::failed;
+      });
+      if (o == res.outputs.end()) continue;
+      const double r = worst_ratio(it->second, pred, allow.at(oname));
+      if (r <= 1) {
+        lines.push_back(fmt::format("{}: {} ({}: every element within its allowance of this dialect)", oname,
+                                    d.name, d.explanation));
+      } else if (r * 100 < o->max_ratio) {
+        // the allowance is derived for the correct computation; a faulty one can be worse
+        // conditioned (a shard of two elements), so a dialect 100 times closer is still named
+        lines.push_back(
+            fmt::format("{}: closest to {} ({}: {:.3g} times its allowance from this dialect, {:.3g} "
+                        "from the correct value)",
+                        oname, d.name, d.explanation, r, o->max_ratio));
+      }
+    }
+  }
+  // Replicated gradients: each copy against the full sum, the rank-local sum, the average and R times.
+  if (p.sp > 1 && fc.c.direction == ref::Direction::backward) {
+    const Dialect full = evaluate_dialect(fc.c, g, lay, p, false, false);
+    for (const auto* name : {"dweight", "dbias"}) {
+      auto cit = got.copies.find(name);
+      if (cit == got.copies.end() || !full.out.count(name)) continue;
+      const auto& f = full.out.at(name);
+      // per sp rank, its rows' partial sum
+      std::vector<std::vector<long double>> local(static_cast<std::size_t>(p.sp),
+                                                  std::vector<long double>(f.size(), 0));
+      {
+        std::vector<std::int64_t> all(static_cast<std::size_t>(g.cols));
+        std::iota(all.begin(), all.end(), 0);
+        const auto& x = fc.c.inputs.at("x").data;
+        const auto& dy = fc.c.inputs.at("dy").data;
+        for (std::int64_t row = 0; row < g.rows; ++row) {
+          const RowStats s = stats_over(fc.c, g, row, all);
+          auto& l = local[static_cast<std::size_t>(lay.row_shard[static_cast<std::size_t>(row)])];
+          for (std::int64_t j = 0; j < g.cols; ++j) {
+            const auto at = static_cast<std::size_t>(g.row_base[static_cast<std::size_t>(row)] +
+                                                     g.col_delta[static_cast<std::size_t>(j)]);
+            l[static_cast<std::size_t>(j)] += std::string(name) == "dweight"
+                                                  ? dy[at] * (x[at] - s.mu) * s.r
+                                                  : static_cast<long double>(dy[at]);
+          }
+        }
+      }
+      for (std::size_t k = 0; k < cit->second.size(); ++k) {
+        const ref::Tensor& t = cit->second[k];
+        std::vector<std::pair<std::string, std::vector<long double>>> hyp;
+        hyp.emplace_back(
+            fmt::format(
+                "rank-local: the sum over sp rank {}'s rows alone, not all-reduced (Megatron-LM #1446)", k),
+            local[k]);
+        std::vector<long double> avg(f), times(f);
+        for (std::size_t j = 0; j < f.size(); ++j) {
+          avg[j] = f[j] / p.sp;
+          times[j] = f[j] * p.sp;
+        }
+        hyp.emplace_back(
+            fmt::format("averaged: the all-reduced sum divided by the {} sp ranks (gpt-neox #1259)", p.sp),
+            avg);
+        hyp.emplace_back(
+            fmt::format("multiplied by {}: the sum reduced twice, R times the gradient (Megatron-LM #1528)",
+                        p.sp),
+            times);
+        const double scales[] = {1, 1, static_cast<double>(p.sp)};  // R times: sums R times larger
+        for (std::size_t h = 0; h < hyp.size(); ++h) {
+          const auto& [text, pred] = hyp[h];
+          if (worst_ratio(t, pred, allow.at(name), scales[h]) <= 1 && worst_ratio(t, f, allow.at(name)) > 1)
+            lines.push_back(fmt::format("{} copy {}: {}", name, k, text));
+        }
+      }
+    }
+  }
+  if (lines.empty()) {
+    // Not a sharding fault: what the judge's panel says of the gathered outputs (a kernel fault).
+    res.diagnosis = conf::diagnose(fc, got.gathered, allow);
+    res.diagnosed = true;
+    for (const auto& d : res.diagnosis)
+      if (d.explains)
+        lines.push_back(fmt::format("not a sharding dialect; the kernel dialect '{}' explains it ({})",
+                                    d.title, d.evidence));
+    if (lines.empty())
+      lines.push_back("no sharding dialect (nor any dialect of the panel) explains the failure");
+  }
+  res.message = "diagnosis: " + fmt::format("{}", fmt::join(lines, "; "));
+  return res;
+}
+
+}  // namespace normcheck::shard

@@ -1,0 +1,267 @@
+// The sharding term and check on the C++ emulation of the plans: correct plans of any rank count
+// and split pass, each planted fault fails with its diagnosis, and the term is needed (without
+// it a correct bfloat16 gradient all-reduce fails).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <ostream>
+#include <random>
+
+#include "normcheck/reference/evaluate.hpp"
+#include "normcheck/sharding/shard.hpp"
+
+using namespace normcheck;
+using ref::DType;
+
+namespace {
+
+std::vector<double> normal(std::mt19937_64& rng, std::size_t n, double mean, double sd, DType t) {
+  std::normal_distribution<double> dist(mean, sd);
+  std::vector<double> v(n);
+  for (auto& x : v) x = ref::round_to(dist(rng), t);
+  return v;
+}
+
+ref::Case make_case(std::mt19937_64& rng, ref::Op op, DType dt, bool backward, std::int64_t rows,
+                    std::int64_t cols, double mean = 0) {
+  ref::Case c;
+  c.op = op;
+  c.affine = op == ref::Op::layernorm ? ref::Affine::weight_bias : ref::Affine::weight;
+  c.dtype_x = c.dtype_param = c.dtype_out = c.dtype_residual = dt;
+  c.direction = backward ? ref::Direction::backward : ref::Direction::forward;
+  const auto n = static_cast<std::size_t>(rows * cols);
+  c.inputs["x"] = ref::Tensor{dt, {rows, cols}, normal(rng, n, mean, 1, dt)};
+  c.inputs["weight"] = ref::Tensor{dt, {cols}, normal(rng, static_cast<std::size_t>(cols), 1, 0.1, dt)};
+  if (c.affine == ref::Affine::weight_bias)
+    c.inputs["bias"] = ref::Tensor{dt, {cols}, normal(rng, static_cast<std::size_t>(cols), 0, 0.1, dt)};
+  if (backward) c.inputs["dy"] = ref::Tensor{dt, {rows, cols}, normal(rng, n, 0, 1, dt)};
+  return c;
+}
+
+fix::FixtureCase fixture_of(const ref::Case& c) {
+  fix::FixtureCase fc;
+  fc.id = "t";
+  fc.c = c;
+  fc.expected = ref::evaluate(c).outputs;
+  return fc;
+}
+
+// Random contiguous sizes adding up to n, each >= 1.
+std::vector<std::int64_t> random_split(std::mt19937_64& rng, std::int64_t n, int parts) {
+  std::vector<std::int64_t> s(static_cast<std::size_t>(parts), 1);
+  for (std::int64_t left = n - parts; left > 0; --left) s[rng() % s.size()] += 1;
+  return s;
+}
+
+std::string sizes_text(const std::vector<std::int64_t>& s) {
+  std::string t;
+  for (auto v : s) t += (t.empty() ? "" : "+") + std::to_string(v);
+  return t;
+}
+
+}  // namespace
+
+TEST(Plan, Parses) {
+  const auto p = shard::parse_plan("tp=10+30+20+36,sp=2,reduce=bfloat16");
+  EXPECT_EQ(p.tp, 4);
+  EXPECT_EQ(p.sp, 2);
+  EXPECT_EQ(p.world(), 8);
+  EXPECT_EQ(p.tp_sizes, (std::vector<std::int64_t>{10, 30, 20, 36}));
+  EXPECT_EQ(p.reduce, DType::bfloat16);
+  EXPECT_EQ(shard::parse_plan("sp=4,sp_dim=1").sp_dim, 1);
+  for (const char* bad :
+       {"tp=1", "tp=0", "tp=2,tp=2", "tq=2", "tp=3+0", "sp=2,reduce=float64", "tp", "sp=2,sp_dim=x"})
+    EXPECT_THROW(shard::parse_plan(bad), std::invalid_argument) << bad;
+}
+
+TEST(Plan, LayoutOfUnequalShardsAndHeads) {
+  std::mt19937_64 rng(1);
+  ref::Case c = make_case(rng, ref::Op::rmsnorm, DType::float32, false, 8, 96);
+  const auto lay = shard::layout_of(c, shard::parse_plan("tp=10+30+20+36,sp=1+3+2+2"));
+  EXPECT_EQ(lay.n_local, (std::vector<std::int64_t>{10, 30, 20, 36}));
+  EXPECT_EQ(lay.col_shard[9], 0);
+  EXPECT_EQ(lay.col_shard[10], 1);
+  EXPECT_EQ(lay.row_shard, (std::vector<std::int64_t>{0, 1, 1, 1, 2, 2, 3, 3}));
+  EXPECT_THROW(shard::layout_of(c, shard::parse_plan("tp=10+30")), std::invalid_argument);
+  // QK-norm per head: x [tokens 2, heads 4, head_dim 8], normalized over head_dim; sp splits heads
+  ref::Case q;
+  q.op = ref::Op::rmsnorm;
+  q.affine = ref::Affine::none;
+  q.inputs["x"] = ref::Tensor{DType::float32, {2, 4, 8}, std::vector<double>(64, 1.0)};
+  const auto lq = shard::layout_of(q, shard::parse_plan("sp=2,sp_dim=1"));
+  EXPECT_EQ(lq.row_shard, (std::vector<std::int64_t>{0, 0, 1, 1, 0, 0, 1, 1}));
+}
+
+// Correct plans, random rank counts (2..6 per axis), random splits, both reduce dtypes: PASSED.
+TEST(Emulation, CorrectPlansPass) {
+  std::mt19937_64 rng(7);
+  // NORMCHECK_SHARD_TESTS draws more (the README's 10000 were run so); 300 by default.
+  const char* env = std::getenv("NORMCHECK_SHARD_TESTS");
+  const int draws = env ? std::atoi(env) : 300;
+  int checked = 0, bf16_reduce_fail_without_term = 0;
+  for (int i = 0; i < draws; ++i) {
+    const auto op = rng() % 2 ? ref::Op::layernorm : ref::Op::rmsnorm;
+    const DType dt = rng() % 2 ? DType::float32 : DType::bfloat16;
+    const bool bwd = rng() % 2;
+    const std::int64_t rows = 2 + static_cast<std::int64_t>(rng() % 12),
+                       cols = 8 + static_cast<std::int64_t>(rng() % 120);
+    const ref::Case c = make_case(rng, op, dt, bwd, rows, cols, rng() % 3 ? 0.0 : 3.0);
+    const int tp = 1 + static_cast<int>(rng() % 6), sp = 1 + static_cast<int>(rng() % 6);
+    if (tp * sp < 2 || sp > rows) continue;
+    // one shard is no split ("tp=96" would mean 96 ranks)
+    std::string text = tp > 1 ? "tp=" + sizes_text(random_split(rng, cols, tp)) : "";
+    if (sp > 1) text += (text.empty() ? "sp=" : ",sp=") + sizes_text(random_split(rng, rows, sp));
+    const bool bf16_reduce = rng() % 2;
+    if (bf16_reduce) text += ",reduce=bfloat16";
+    const auto plan = shard::parse_plan(text);
+    const auto fc = fixture_of(c);
+    const auto got = shard::emulate(c, plan);
+    const auto r = shard::check_sharded(fc, plan, got);
+    ASSERT_TRUE(r.verdict == conf::Verdict::passed || r.verdict == conf::Verdict::mistrusted)
+        << "plan " << text << " case " << i << ": " << r.message << " " << [&] {
+             std::string s;
+             for (const auto& o : r.outputs)
+               if (o.verdict != conf::Verdict::passed) s += o.name + ": " + o.reason + "\n";
+             return s;
+           }();
+    ++checked;
+    if (bf16_reduce && bwd && sp > 1 && dt == DType::float32) {
+      const auto plain = conf::check_case(fc, got.gathered, conf::derive_allowances(c));
+      bf16_reduce_fail_without_term += plain.verdict == conf::Verdict::failed;
+    }
+  }
+  EXPECT_GT(checked, draws * 2 / 3);
+  std::printf(
+      "%d sharded cases checked (of %d draws), %d correct bfloat16-reduce cases failing without the term\n",
+      checked, draws, bf16_reduce_fail_without_term);
+  EXPECT_GT(bf16_reduce_fail_without_term, 0)
+      << "the term is needed: a correct bfloat16 all-reduce fails the plain model";
+}
+
+struct FaultCase {
+  const char* fault;
+  const char* plan;
+  ref::Op op;
+  bool backward;
+  const char* diagnosis;
+};
+
+// Readable names in ctest's list: "rank_local on tp=4".
+void PrintTo(const FaultCase& f, std::ostream* os) { *os << f.fault << " on " << f.plan; }
+
+class Faults : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(Faults, FailWithTheirDiagnosis) {
+  const auto& f = GetParam();
+  std::mt19937_64 rng(11);
+  const ref::Case c = make_case(rng, f.op, DType::float32, f.backward, 8, 96, 3.0);
+  const auto plan = shard::parse_plan(f.plan);
+  const auto fc = fixture_of(c);
+  const auto r = shard::check_sharded(fc, plan, shard::emulate(c, plan, f.fault));
+  EXPECT_EQ(r.verdict, conf::Verdict::failed) << f.fault;
+  EXPECT_NE(r.message.find(f.diagnosis), std::string::npos) << f.fault << ": " << r.message;
+  EXPECT_EQ(shard::check_sharded(fc, plan, shard::emulate(c, plan)).verdict, conf::Verdict::passed) << f.plan;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sharding, Faults,
+    ::testing::Values(
+        FaultCase{"rank_local", "tp=4", ref::Op::layernorm, false, "y: rank-local statistics"},
+        FaultCase{"rank_local", "tp=10+30+20+36", ref::Op::rmsnorm, true, "dx: rank-local statistics"},
+        FaultCase{"div_world", "tp=10+30+20+36", ref::Op::rmsnorm, false,
+                  "sum of squares divided by the world size"},
+        FaultCase{"not_reduced", "sp=4", ref::Op::layernorm, true, "dweight copy 2: rank-local"},
+        FaultCase{"not_reduced", "tp=2,sp=1+3+2+2", ref::Op::rmsnorm, true, "dweight copy 3: rank-local"},
+        FaultCase{"averaged", "sp=2", ref::Op::layernorm, true, "dbias copy 1: averaged"},
+        FaultCase{"reduced_twice", "sp=4,reduce=bfloat16", ref::Op::rmsnorm, true, "multiplied by 4"}),
+    [](const ::testing::TestParamInfo<FaultCase>& p) {
+      return std::string(p.param.fault) + "_" + std::to_string(p.index);
+    });
+
+// MiniMax's division by the world size is exact for equal shards: no false alarm there.
+TEST(Emulation, DivWorldIsRightForEqualShards) {
+  std::mt19937_64 rng(3);
+  const ref::Case c = make_case(rng, ref::Op::rmsnorm, DType::bfloat16, false, 8, 96);
+  const auto plan = shard::parse_plan("tp=4");
+  EXPECT_EQ(shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "div_world")).verdict,
+            conf::Verdict::passed);
+}
+
+// Copies of a replicated output must be bit-identical even when each is within its allowance.
+TEST(Check, CopiesMustAgreeBitwise) {
+  std::mt19937_64 rng(5);
+  const ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, true, 8, 32);
+  const auto plan = shard::parse_plan("sp=2");
+  const auto fc = fixture_of(c);
+  auto got = shard::emulate(c, plan);
+  auto& w1 = got.copies.at("dweight")[1].data[3];
+  w1 = std::nextafter(static_cast<float>(w1), 1e30f);
+  const auto r = shard::check_sharded(fc, plan, got);
+  EXPECT_EQ(r.verdict, conf::Verdict::failed);
+  bool named = false;
+  for (const auto& o : r.outputs)
+    named = named || (o.name == "dweight[copies 0,1]" && o.verdict == conf::Verdict::failed);
+  EXPECT_TRUE(named);
+}
+
+TEST(Check, StatusOfACaseThatProducedNothing) {
+  std::mt19937_64 rng(5);
+  const ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, false, 4, 32);
+  shard::ShardedOutputs got;
+  got.status = "TIMEOUT";
+  got.message = "rank(s) 1 of 2 did not answer within 10 s";
+  const auto r = shard::check_sharded(fixture_of(c), shard::parse_plan("tp=2"), got);
+  EXPECT_EQ(r.verdict, conf::Verdict::timeout);
+  EXPECT_EQ(r.message, got.message);
+}
+
+// Each fault over random plans where it applies: how often the check rejects it, and how often
+// the diagnosis then names it. Printed (README.md, "Emulation") and held to what was measured.
+TEST(Emulation, FaultsOverRandomPlans) {
+  struct Fault {
+    const char* name;
+    const char* diagnosis;
+    bool tp, backward, rms_only;
+  };
+  const Fault faults[] = {{"rank_local", "rank-local statistics", true, false, false},
+                          {"div_world", "sum of squares divided by the world size", true, false, true},
+                          {"not_reduced", ": rank-local: the sum over sp rank", false, true, false},
+                          {"averaged", ": averaged:", false, true, false},
+                          {"reduced_twice", ": multiplied by", false, true, false}};
+  std::mt19937_64 rng(13);
+  for (const auto& f : faults) {
+    int runs = 0, rejected = 0, named = 0;
+    for (int i = 0; i < 150; ++i) {
+      const auto op = f.rms_only || rng() % 2 ? ref::Op::rmsnorm : ref::Op::layernorm;
+      const DType dt = rng() % 2 ? DType::float32 : DType::bfloat16;
+      const bool bwd = f.backward || rng() % 2;
+      const std::int64_t rows = 2 + static_cast<std::int64_t>(rng() % 12);
+      const std::int64_t cols = 8 + static_cast<std::int64_t>(rng() % 120);
+      const ref::Case c = make_case(rng, op, dt, bwd, rows, cols, rng() % 2 ? 0.0 : 3.0);
+      const int r = 2 + static_cast<int>(rng() % 5);
+      if (!f.tp && r > rows) continue;
+      auto sizes = random_split(rng, f.tp ? cols : rows, r);
+      if (std::string(f.name) == "div_world" &&
+          std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) == sizes.end())
+        continue;  // equal shards: MiniMax's division is right there
+      std::string text = (f.tp ? "tp=" : "sp=") + sizes_text(sizes);
+      if (!f.tp && rng() % 2) text += ",reduce=bfloat16";
+      const auto plan = shard::parse_plan(text);
+      const auto res = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, f.name));
+      ++runs;
+      if (res.verdict != conf::Verdict::failed) continue;
+      ++rejected;
+      const bool ok = res.message.find(f.diagnosis) != std::string::npos;
+      named += ok;
+      if (!ok)
+        std::printf("  %s %s %s: %s\n", f.name, text.c_str(), ref::name_of(dt).data(), res.message.c_str());
+    }
+    std::printf("%-14s %3d random plans: %3d rejected, %3d of them diagnosed as the fault\n", f.name, runs,
+                rejected, named);
+    EXPECT_EQ(named, rejected) << f.name;
+    EXPECT_GE(rejected, runs * 9 / 10) << f.name;
+  }
+}
