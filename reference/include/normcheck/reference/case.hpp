@@ -1,4 +1,4 @@
-// A case: one normalization problem instance, in the vocabulary of ../../DESIGN (shared/DESIGN.md).
+// A case: one normalization problem instance, in the vocabulary of docs/DESIGN.md ("Semantics").
 #pragma once
 
 #include <cstdint>
