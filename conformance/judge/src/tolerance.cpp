@@ -5,7 +5,7 @@
 // quantities are evaluated in binary64 from the case's inputs: they are magnitudes that scale
 // the bounds, so their own rounding errors (relative 2^-53) do not matter; the comparison itself
 // is against the certified expected_f64.
-#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/judge/tolerance.hpp"
 
 #include <fmt/core.h>
 
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <limits>
 
-#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/reference/outputs.hpp"
 #include "normcheck/reference/contract.hpp"
 
 namespace normcheck::conf {

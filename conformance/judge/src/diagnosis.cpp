@@ -7,7 +7,7 @@
 // long double (2^-64) of the exact value on ordinary rows; to remove even that, a dialect's
 // prediction is taken as expected_f64 + (dialect - engine's spec): exactly the certified value
 // where the fault does not change an element, and the fault's effect added to it elsewhere.
-#include "normcheck/conformance/diagnosis.hpp"
+#include "normcheck/judge/diagnosis.hpp"
 
 #include <fmt/core.h>
 
@@ -23,7 +23,7 @@
 #include <optional>
 #include <set>
 
-#include "normcheck/conformance/checker.hpp"
+#include "normcheck/judge/checker.hpp"
 #include "normcheck/reference/contract.hpp"
 
 namespace normcheck::conf {
