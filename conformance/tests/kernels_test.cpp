@@ -16,9 +16,7 @@ namespace normcheck::conf {
 namespace {
 
 using ref::DType;
-using test::fixture_of;
-using test::ln_case;
-using test::output;
+using namespace test;  // fixture_of, ln_case, output
 
 // The same rule in the backward pass: a float16 column sum of dbias whose |terms| add up beyond
 // 65504 (dy = +-40000 in column 0 over four rows; the exact sum is 0) overflows in the correct
