@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
-#include "normcheck/conformance/checker.hpp"
-#include "normcheck/conformance/diagnosis.hpp"
+#include "normcheck/judge/checker.hpp"
+#include "normcheck/judge/diagnosis.hpp"
 #include "normcheck/conformance/runner.hpp"
-#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
 
 using namespace normcheck;

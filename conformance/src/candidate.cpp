@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "normcheck/judge/checker.hpp"
 #include "normcheck/reference/contract.hpp"
 #include "transports.hpp"
 
@@ -133,39 +134,10 @@ std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptio
       "candidate spec '{}': unknown kind '{}' (builtin, plugin or cmd)", spec, kind));
 }
 
-std::map<std::string, OutputSpec> output_specs(const ref::Case& c) {
-  std::map<std::string, OutputSpec> out;
-  const auto g = ref::geometry_of(c);
-  const bool ln = c.op == ref::Op::layernorm;
-  const bool w = c.affine != ref::Affine::none;
-  const bool b = c.affine == ref::Affine::weight_bias;
-  if (c.block != ref::Block::none) {
-    const auto shape_of = [&](const char* name) { return c.inputs.at(name).shape; };
-    if (c.direction == ref::Direction::forward) {
-      out["y"] = {c.dtype_out, g.shape};
-      return out;
-    }
-    out["dx"] = {c.dtype_x, g.shape};
-    if (w) out["dweight"] = {c.dtype_param, shape_of("weight")};
-    if (b) out["dbias"] = {c.dtype_param, shape_of("bias")};
-    for (const char* n : {"ffn_w1", "ffn_b1", "ffn_w2", "ffn_b2"})
-      out[std::string("d") + n] = {c.dtype_param, shape_of(n)};
-    return out;
-  }
-  const bool res = c.residual != ref::Residual::none;
-  if (c.direction == ref::Direction::forward) {
-    out["y"] = {c.dtype_out, g.shape};
-    if (ln) out["mean"] = {c.dtype_compute, g.stat_shape};
-    out["rstd"] = {c.dtype_compute, g.stat_shape};
-    if (res) out["residual_out"] = {c.dtype_residual, g.shape};
-    return out;
-  }
-  out["dx"] = {c.dtype_x, g.shape};
-  if (res) out["dresidual"] = {c.dtype_residual, g.shape};
-  if (w) out["dweight"] = {c.dtype_param, g.param_shape};
-  if (b) out["dbias"] = {c.dtype_param, g.param_shape};
-  if (c.residual == ref::Residual::add_bias) out["dresidual_bias"] = {c.dtype_param, g.param_shape};
-  return out;
+CheckOptions check_options_of(const Capabilities& caps) {
+  CheckOptions o;
+  o.flush_subnormal_outputs = caps.flush_subnormal_outputs;
+  return o;
 }
 
 }  // namespace normcheck::conf

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exact.hpp"
+#include "normcheck/reference/outputs.hpp"
 
 namespace normcheck::ref::detail {
 namespace {
@@ -192,7 +193,6 @@ class BlockEvaluator {
   bool run(Result& res) {
     Output y = make(c_.dtype_out, in_.x->shape);
     const bool bwd = c_.direction == Direction::backward;
-    std::vector<std::int64_t> pshape{L_, K_, D_};
     Output dx = make(c_.dtype_x, in_.x->shape);
     // Parameter gradient accumulators (intervals), summed over rows.
     Vec gw = make_vec(bwd && in_.weight ? L_ * K_ * D_ : 0, bits_);
@@ -241,18 +241,21 @@ class BlockEvaluator {
       return all;
     }
     res.outputs.emplace("dx", std::move(dx));
-    auto emit = [&](const char* name, const Vec& v, std::vector<std::int64_t> shape) {
+    // The parameter gradients the case has, with their dtype and shape from output_specs.
+    const auto specs = output_specs(c_);
+    auto emit = [&](const char* name, const Vec& v) {
       if (v.empty()) return;
-      Output o = make(c_.dtype_param, shape);
+      const OutputSpec& spec = specs.at(name);
+      Output o = make(spec.dtype, spec.shape);
       for (std::size_t i = 0; i < v.size(); ++i) all &= put(o, static_cast<std::int64_t>(i), v[i], false);
       res.outputs.emplace(name, std::move(o));
     };
-    emit("dweight", gw, pshape);
-    emit("dbias", gb, pshape);
-    emit("dffn_w1", gw1, {L_, F_, D_});
-    emit("dffn_b1", gb1, {L_, F_});
-    emit("dffn_w2", gw2, {L_, D_, F_});
-    emit("dffn_b2", gb2, {L_, D_});
+    emit("dweight", gw);
+    emit("dbias", gb);
+    emit("dffn_w1", gw1);
+    emit("dffn_b1", gb1);
+    emit("dffn_w2", gw2);
+    emit("dffn_b2", gb2);
     return all;
   }
 

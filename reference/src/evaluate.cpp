@@ -14,6 +14,7 @@
 #include "exact.hpp"
 #include "row_kernel.hpp"
 #include "normcheck/reference/contract.hpp"
+#include "normcheck/reference/outputs.hpp"
 
 namespace normcheck::ref {
 namespace {
@@ -120,7 +121,7 @@ struct Row {
 class Evaluator {
  public:
   Evaluator(const Case& c, const Options& opt, bool x_by_rows)
-      : c_(c), opt_(opt), g_(geometry_of(c)), pts_(resolve_points(c)) {
+      : c_(c), opt_(opt), g_(geometry_of(c)), pts_(resolve_points(c)), specs_(output_specs(c)) {
     const auto get = [&](const char* name) -> const Tensor* {
       auto it = c.inputs.find(name);
       return it == c.inputs.end() ? nullptr : &it->second;
@@ -159,6 +160,18 @@ class Evaluator {
 
  private:
   std::int64_t off(std::int64_t row, std::int64_t col) const { return g_.row_base[row] + g_.col_delta[col]; }
+
+  // An output of the case allocated as output_specs says; one the case does not have (mean of
+  // an RMSNorm, residual_out without a residual) is empty and never emitted.
+  Output output_of(const char* name, bool fill = true) const {
+    const auto it = specs_.find(name);
+    if (it == specs_.end()) return make_output(DType::float32, {0});
+    return make_output(it->second.dtype, it->second.shape, fill);
+  }
+  // Adds `o` to the result if the case has that output (output_specs).
+  void emit(Result& res, const char* name, Output&& o) const {
+    if (specs_.count(name)) res.outputs.emplace(name, std::move(o));
+  }
 
   // Builds h for a row (after the contract's h rounding) and its exact statistics.
   Row make_row(std::int64_t row) {
@@ -371,11 +384,11 @@ class Evaluator {
   // ---- forward ---------------------------------------------------------------------------
   void forward(Result& res) {
     const bool ln = c_.op == Op::layernorm;
-    Output y = make_output(c_.dtype_out, g_.shape, !contiguous_);
-    Output mean = make_output(c_.dtype_compute, ln ? g_.stat_shape : std::vector<std::int64_t>{0});
-    Output rstd = make_output(c_.dtype_compute, g_.stat_shape);
+    Output y = output_of("y", !contiguous_);
+    Output mean = output_of("mean");
+    Output rstd = output_of("rstd");
     // Only allocated when there is a residual: 17 bytes an element otherwise wasted.
-    Output rout = make_output(c_.dtype_residual, res_ ? g_.shape : std::vector<std::int64_t>{0});
+    Output rout = output_of("residual_out");
 
     // Scale and bias per column: exact scale as double-double when possible.
     std::vector<Approx> scale_a(g_.cols);
@@ -523,10 +536,10 @@ class Evaluator {
         slow_element(y, i, r, col);
       }
     }
-    res.outputs.emplace("y", std::move(y));
-    if (ln) res.outputs.emplace("mean", std::move(mean));
-    res.outputs.emplace("rstd", std::move(rstd));
-    if (res_) res.outputs.emplace("residual_out", std::move(rout));
+    emit(res, "y", std::move(y));
+    emit(res, "mean", std::move(mean));
+    emit(res, "rstd", std::move(rstd));
+    emit(res, "residual_out", std::move(rout));
   }
 
   // mean or rstd of a row decided from its double-double approximation, when the bound allows.
@@ -669,8 +682,8 @@ class Evaluator {
   }
 
   void backward(Result& res) {
-    Output dx = make_output(c_.dtype_x, g_.shape);
-    Output dres = make_output(c_.dtype_residual, res_ ? g_.shape : std::vector<std::int64_t>{0});
+    Output dx = output_of("dx");
+    Output dres = output_of("dresidual");
     const bool ln = c_.op == Op::layernorm;
     std::vector<ColumnSum> dweight(w_ ? g_.cols : 0), dresb(rb_ ? g_.cols : 0);
     std::vector<Rational> dbias(b_ ? g_.cols : 0);
@@ -726,18 +739,18 @@ class Evaluator {
         times_rstd(dx, off(row, col), r, alpha_ * k);
       }
     }
-    res.outputs.emplace("dx", std::move(dx));
-    if (res_) res.outputs.emplace("dresidual", std::move(dres));
-    if (w_) res.outputs.emplace("dweight", column_sums(dweight));
+    emit(res, "dx", std::move(dx));
+    emit(res, "dresidual", std::move(dres));
+    if (w_) emit(res, "dweight", column_sums("dweight", dweight));
     if (b_) {
-      Output o = make_output(c_.dtype_param, g_.param_shape);
+      Output o = output_of("dbias");
       for (std::int64_t col = 0; col < g_.cols; ++col) {
         if (dbias_nan[col]) set_ieee(o, col, dbias_ieee[col]);
         else set_exact(o, col, dbias[col]);
       }
-      res.outputs.emplace("dbias", std::move(o));
+      emit(res, "dbias", std::move(o));
     }
-    if (rb_) res.outputs.emplace("dresidual_bias", column_sums(dresb));
+    if (rb_) emit(res, "dresidual_bias", column_sums("dresidual_bias", dresb));
   }
 
   void times_rstd(Output& o, std::int64_t i, Row& r, const Rational& k) {
@@ -762,8 +775,8 @@ class Evaluator {
     }
   }
 
-  Output column_sums(const std::vector<ColumnSum>& sums) {
-    Output o = make_output(c_.dtype_param, g_.param_shape);
+  Output column_sums(const char* name, const std::vector<ColumnSum>& sums) {
+    Output o = output_of(name);
     for (std::int64_t col = 0; col < g_.cols; ++col) {
       const ColumnSum& s = sums[col];
       if (s.nan) {
@@ -805,6 +818,7 @@ class Evaluator {
   const Options& opt_;
   Geometry g_;
   Points pts_;
+  std::map<std::string, OutputSpec> specs_;  // the outputs of the case
   const Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *res_ = nullptr, *rb_ = nullptr, *dy_ = nullptr;
   Rational n_, eps_, alpha_;
   bool simple_h_ = false;  // h = x: no residual, alpha = 1, no h rounding

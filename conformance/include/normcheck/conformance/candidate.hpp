@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "normcheck/reference/case.hpp"
+#include "normcheck/reference/outputs.hpp"
 
 namespace normcheck::conf {
 
@@ -50,7 +51,7 @@ struct CandidateInfo {
   std::string name;  // the spec that makes it again: "builtin:cpu_two_pass", "plugin:./libk.so"
   CandidateKind kind = CandidateKind::external;
   std::string description;
-  std::string fault_class;  // mutants: the class of shared/FAULTS.md, "A" .. "G"
+  std::string fault_class;  // mutants: the fault class, "A" .. "G" (conformance/DIAGNOSIS.md)
   std::string fault;        // mutants: the fault in one line, with the public issue it reproduces
   Capabilities caps;
 };
@@ -88,9 +89,12 @@ class CandidateStartError : public std::invalid_argument {
 };
 
 // Outputs by name ("y", "mean", "rstd", "residual_out", "dx", ...), each a dense row-major
-// tensor whose values belong to its dtype. An output the candidate does not produce is left
+// tensor whose values belong to its dtype; which outputs a case has is output_specs. Both are
+// the case's semantics (reference/outputs.hpp). An output the candidate does not produce is left
 // out (MISSING).
-using Outputs = std::map<std::string, ref::Tensor>;
+using ref::Outputs;
+using ref::OutputSpec;
+using ref::output_specs;
 
 // How a transport that allocates the inputs lays them out in host memory (the plugin transport:
 // candidate.h lets the host pass any non-negative strides). Dense row-major is the default; the
@@ -154,11 +158,9 @@ std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptio
 // takes every case and fails each with the start error (CRASHED, or TIMEOUT when it hung).
 std::unique_ptr<Candidate> make_unstarted_candidate(const std::string& spec, const CandidateStartError& e);
 
-// The outputs a case produces: name -> (dtype, shape), the same set the reference computes.
-struct OutputSpec {
-  ref::DType dtype;
-  std::vector<std::int64_t> shape;
-};
-std::map<std::string, OutputSpec> output_specs(const ref::Case& c);
+// The checker's options (normcheck/judge/checker.hpp) from what a candidate declares: the judge
+// does not know candidates, so the mapping lives here.
+struct CheckOptions;
+CheckOptions check_options_of(const Capabilities& caps);
 
 }  // namespace normcheck::conf

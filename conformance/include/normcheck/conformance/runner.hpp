@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
-#include "normcheck/conformance/checker.hpp"
+#include "normcheck/judge/checker.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
 
 namespace normcheck::conf {

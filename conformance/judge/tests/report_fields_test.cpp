@@ -5,14 +5,16 @@
 
 #include <cmath>
 
-#include "normcheck/conformance/checker.hpp"
-#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/judge/checker.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "normcheck/reference/evaluate.hpp"
+#include "test_cases.hpp"
 
 namespace normcheck::conf {
 namespace {
 
 using ref::DType;
+using test::output;
 
 // Rows: [1, 2, 3, 4] (mean 2.5, sigma sqrt(1.25)), [5, 5, 5, 5] (sigma 0),
 // [100, 101, 102, 103] (mean 101.5, sigma sqrt(1.25)).
@@ -29,12 +31,6 @@ fix::FixtureCase three_rows() {
   fc.c = c;
   fc.expected = ref::evaluate(c).outputs;
   return fc;
-}
-
-const OutputResult& output(const CaseResult& r, const std::string& name) {
-  for (const auto& o : r.outputs)
-    if (o.name == name) return o;
-  throw std::runtime_error("no output " + name);
 }
 
 TEST(ReportFields, WhatTheCaseIsAndEachRowsMeanOverSigma) {

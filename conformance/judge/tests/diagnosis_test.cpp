@@ -10,9 +10,9 @@
 #include <random>
 #include <set>
 
-#include "normcheck/conformance/checker.hpp"
-#include "normcheck/conformance/diagnosis.hpp"
-#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/judge/checker.hpp"
+#include "normcheck/judge/diagnosis.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "normcheck/reference/evaluate.hpp"
 #include "test_cases.hpp"
 

@@ -1,4 +1,4 @@
-#include "normcheck/conformance/checker.hpp"
+#include "normcheck/judge/checker.hpp"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -135,12 +135,6 @@ void describe_case(CaseResult& r, const fix::FixtureCase& fc) {
 
 double element_error(double got, double exact, double expected, ref::DType t) {
   return error_of(got, exact, expected, t);
-}
-
-CheckOptions check_options_of(const Capabilities& caps) {
-  CheckOptions o;
-  o.flush_subnormal_outputs = caps.flush_subnormal_outputs;
-  return o;
 }
 
 double flush_slack(double got, ref::DType t) {

@@ -1,0 +1,254 @@
+// The fault model of the diagnosis (../../DIAGNOSIS.md, "How a dialect is scored"): the knobs a
+// dialect turns (one semantics each: the spec's by default, one thing changed), the predictions
+// a run of the model gives, and the row statistics every dialect computes its own way. The
+// engine that runs the model over a case is engine.hpp.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "normcheck/reference/case.hpp"
+#include "normcheck/reference/contract.hpp"
+#include "normcheck/reference/dtype.hpp"
+
+namespace normcheck::conf::diag {
+
+using Wide = long double;
+using ref::DType;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- the knobs of the model ----------------------------------------------------------------
+
+enum class EpsPlace { inside, outside_sqrt, in_count };
+enum class StatArith { exact, one_pass, accumulate, merge_halves };
+enum class WeightMode { normal, missing, swapped, bias_first };
+enum class ResMode { normal, not_added, after_norm, alpha_on_residual };
+enum class ResOut { normal, missing_bias, holds_y, holds_xhat };
+enum class RstdOut { rstd, std_dev, variance };
+enum class DxMode { normal, no_mean, no_projection };
+// bf16_interval: the column sums are bfloat16 values within the error bound of a bfloat16
+// summation in any order (Predictions::slack, grid).
+enum class ColSum { normal, bf16_interval, zero_columns };
+enum class BlockMode { normal, pre_residual_after_norm, deepnorm_alpha_on_f, post_double_norm };
+
+// One semantics: the spec's values by default; a dialect changes one thing.
+struct Knobs {
+  bool centre = true;
+  double eps = 0;
+  EpsPlace eps_place = EpsPlace::inside;
+  bool unbiased = false;
+  bool pad_lanes = false;
+  StatArith arith = StatArith::exact;
+  DType arith_dtype = DType::float32;  // one_pass: every statistics operation; accumulate: the sums
+  std::optional<std::vector<std::int64_t>> stat_dims;  // statistics over these dims of x instead
+  std::optional<DType> rstd_round;
+  bool rstd_out_unrounded = false;  // the rstd output holds the value before rstd_round
+  WeightMode weight = WeightMode::normal;
+  bool bias_missing = false;
+  double offset = 0;
+  bool weight_flat_index = false;  // parameter index = flat index of x mod the parameter count
+  ref::ResolvedPoints pts;
+  ResMode res = ResMode::normal;
+  bool h_round_x = false;
+  ResOut res_out = ResOut::normal;
+  RstdOut rstd_out = RstdOut::rstd;
+  DxMode dx = DxMode::normal;
+  ColSum colsum = ColSum::normal;
+  std::map<std::string, std::vector<std::uint8_t>> zero_cols;  // output -> columns left at 0
+  std::int64_t rows_limit = -1;  // rows from this one on are not computed (hold `unwritten`)
+  double unwritten = 0;
+  BlockMode block = BlockMode::normal;
+  // dweight's x-hat rebuilt from y with the weight/bias of the row's lane in a tile of this
+  // width (DeepSpeed #692): (x-hat_j scale_j + b_j - b_pos) / scale_pos, pos = (j / T) T + row % T.
+  std::int64_t dgamma_tile = 0;
+};
+
+// DeepSpeed's TILE_DIM in LayerNormBackward1 (#692).
+constexpr std::int64_t kDgammaTile = 32;
+
+// Predicted values per output (in the order of a Layout). A dialect that cannot say the order of
+// its roundings predicts an interval instead: the values of dtype `grid` within `slack` of the
+// predicted value.
+struct Predictions {
+  std::map<std::string, std::vector<double>> values;
+  std::map<std::string, std::vector<double>> slack;
+  std::map<std::string, DType> grid;
+  std::vector<double>& operator[](const std::string& name) { return values[name]; }
+  auto find(const std::string& name) const { return values.find(name); }
+  auto end() const { return values.end(); }
+};
+
+// ref::round_to, inline where it is cheap (the engine rounds every operation of the emulated
+// dialects): binary64 is the identity; a conversion to float is binary32's correctly rounded
+// value (nearest-even, overflow to inf, subnormals exact: the default floating-point mode);
+// bfloat16 and float16 values in their normal range are rounded on the bits as ref::round_to
+// does; the rest (subnormal in the target, not finite, 0) goes to ref::round_to.
+inline double rnd(double v, DType t) {
+  switch (t) {
+    case DType::float64: return v;
+    case DType::float32: return static_cast<double>(static_cast<float>(v));
+    case DType::bfloat16:
+    case DType::float16: {
+      const bool bf = t == DType::bfloat16;
+      const int min_exp = bf ? -126 : -14, shift = 53 - (bf ? 8 : 11);
+      const double max_finite = bf ? 3.3895313892515355e38 : 65504.0;
+      const auto u = std::bit_cast<std::uint64_t>(v);
+      const int biased = static_cast<int>((u >> 52) & 0x7ff);
+      if (biased == 0x7ff || biased - 1023 < min_exp) break;  // not finite, or subnormal/0 there
+      const std::uint64_t lsb = (u >> shift) & 1;
+      const std::uint64_t r = (u + ((std::uint64_t{1} << (shift - 1)) - 1) + lsb) & ~((std::uint64_t{1} << shift) - 1);
+      const double rv = std::bit_cast<double>(r);
+      if (std::fabs(rv) > max_finite) return std::copysign(kInf, v);
+      return rv;
+    }
+  }
+  return ref::round_to(v, t);
+}
+
+inline const ref::Tensor* input(const ref::Case& c, const char* name) {
+  auto it = c.inputs.find(name);
+  return it == c.inputs.end() ? nullptr : &it->second;
+}
+
+template <class Real>
+struct RowStatT {
+  Real mean = 0, var = 0, rstd = 0;
+  Real rstd_unrounded = 0;  // before rstd_round
+};
+
+template <class Real>
+RowStatT<Real> finish(RowStatT<Real> s, const Knobs& k) {
+  s.rstd_unrounded = s.rstd;
+  if (k.rstd_round) s.rstd = rnd(s.rstd, *k.rstd_round);
+  return s;
+}
+
+// The sum of f(0..n) in four interleaved partial sums (the engine's exact statistics of a case
+// computed in a narrower dtype: a correct binary64 kernel's, without one long chain of dependent
+// additions).
+template <class F>
+auto sum4(std::int64_t n, const F& f) {
+  decltype(f(0)) a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  std::int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 += f(i);
+    a1 += f(i + 1);
+    a2 += f(i + 2);
+    a3 += f(i + 3);
+  }
+  for (; i < n; ++i) a0 += f(i);
+  return (a0 + a1) + (a2 + a3);
+}
+
+// Mean, variance (the biased one, or the dialect's) and rstd of h[0..n).
+template <class Real>
+RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType compute) {
+  using LD = Real;
+  using RowStat = RowStatT<Real>;
+  RowStat s;
+  const LD N = static_cast<LD>(n);
+  if (k.arith == StatArith::one_pass && k.centre) {
+    // E[h^2] - E[h]^2 with every operation rounded to arith_dtype (sequential sums).
+    const DType t = k.arith_dtype;
+    double s1 = 0, s2 = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double hv = rnd(h[i], t);
+      s1 = rnd(static_cast<LD>(s1) + hv, t);
+      s2 = rnd(static_cast<LD>(s2) + rnd(static_cast<LD>(hv) * hv, t), t);
+    }
+    const double m = rnd(s1 / N, t);
+    const double var = rnd(rnd(s2 / N, t) - static_cast<LD>(rnd(static_cast<LD>(m) * m, t)), t);
+    s.mean = m;
+    s.var = var;
+    s.rstd = static_cast<LD>(
+        rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
+    return finish(s, k);
+  }
+  if (k.arith == StatArith::accumulate) {
+    // Sums held in arith_dtype between additions (sequential); other operations in the
+    // case's compute dtype.
+    const DType a = k.arith_dtype, t = compute;
+    double acc = 0;
+    double m = 0;
+    if (k.centre) {
+      for (std::int64_t i = 0; i < n; ++i) acc = rnd(static_cast<LD>(acc) + rnd(h[i], t), a);
+      m = rnd(acc / N, t);
+      acc = 0;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double d = rnd(static_cast<LD>(rnd(h[i], t)) - m, t);
+      acc = rnd(static_cast<LD>(acc) + rnd(static_cast<LD>(d) * d, t), a);
+    }
+    const double var = rnd(acc / N, t);
+    s.mean = m;
+    s.var = var;
+    s.rstd = static_cast<LD>(
+        rnd(LD(1) / rnd(std::sqrt(static_cast<LD>(rnd(static_cast<LD>(var) + rnd(k.eps, t), t))), t), t));
+    return finish(s, k);
+  }
+  // A float64 case's allowances are a few binary64 ulps: its kernels' sequential sums are
+  // modelled as such; for narrower cases four partial sums are as good and faster.
+  auto sum_of = [&](std::int64_t len, const auto& f) {
+    if (compute != DType::float64) return sum4(len, f);
+    LD acc = 0;
+    for (std::int64_t i = 0; i < len; ++i) acc += f(i);
+    return acc;
+  };
+  LD ss = 0;
+  if (k.arith == StatArith::merge_halves) {
+    // Two halves merged as if each held N/2 elements: mean (ma + mb)/2, M2 + delta^2 N/4. An
+    // empty half (N = 1) is a partial of zero sums: mean 0, M2 0.
+    const std::int64_t half = n / 2;
+    auto part = [&](std::int64_t lo, std::int64_t hi, LD& mean, LD& m2) {
+      LD sum = 0;
+      for (std::int64_t i = lo; i < hi; ++i) sum += h[i];
+      mean = hi > lo ? sum / static_cast<LD>(hi - lo) : LD(0);
+      m2 = 0;
+      for (std::int64_t i = lo; i < hi; ++i) {
+        const LD d = k.centre ? h[i] - mean : h[i];
+        m2 += d * d;
+      }
+    };
+    LD ma, mb, m2a, m2b;
+    part(0, half, ma, m2a);
+    part(half, n, mb, m2b);
+    if (k.centre) {
+      s.mean = (ma + mb) / 2;
+      const LD delta = mb - ma;
+      ss = m2a + m2b + delta * delta * N / 4;
+    } else {
+      ss = ((half > 0 ? m2a / static_cast<LD>(half) : LD(0)) + m2b / static_cast<LD>(n - half)) / 2 * N;
+    }
+  } else {
+    if (k.centre) {
+      s.mean = sum_of(n, [&](std::int64_t i) { return h[i]; }) / N;
+    }
+    const LD m = k.centre ? s.mean : LD(0);
+    ss = sum_of(n, [&](std::int64_t i) {
+      const LD d = h[i] - m;
+      return d * d;
+    });
+    if (k.pad_lanes && k.centre) {
+      const auto lanes = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(n)));
+      ss += static_cast<LD>(lanes - n) * s.mean * s.mean;
+    }
+  }
+  const LD div = k.unbiased && k.centre ? N - 1 : N;
+  s.var = ss / div;
+  switch (k.eps_place) {
+    case EpsPlace::inside: s.rstd = LD(1) / std::sqrt(s.var + static_cast<LD>(k.eps)); break;
+    case EpsPlace::outside_sqrt: s.rstd = LD(1) / (std::sqrt(s.var) + static_cast<LD>(k.eps)); break;
+    case EpsPlace::in_count: s.rstd = LD(1) / std::sqrt(ss / (N + static_cast<LD>(k.eps))); break;
+  }
+  return finish(s, k);
+}
+
+}  // namespace normcheck::conf::diag

@@ -1,0 +1,122 @@
+// The checker: compares a candidate's outputs with the certified expected values of a fixture
+// case under the tolerance model and gives each output and the case a verdict.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "normcheck/judge/diagnosis.hpp"
+#include "normcheck/judge/tolerance.hpp"
+#include "normcheck/fixtures/hdf5_io.hpp"
+
+namespace normcheck::conf {
+
+// Ordered by severity: a case takes the most severe verdict of its outputs.
+enum class Verdict { passed, unsupported, mistrusted, missing, failed, timeout, crashed };
+std::string_view name_of(Verdict v);  // "PASSED", "FAILED" ...
+std::optional<Verdict> parse_verdict(std::string_view name);
+// FAILED, MISSING, CRASHED and TIMEOUT make `run`/`check` exit 1.
+bool is_failure(Verdict v);
+
+// Histogram of one error measure over the compared elements of an output, for the reports
+// (reports/RESULTS.md, "histogram"): `zero` exact, `bins[k]` with 2^(kHistLog2Min + k) <= v <
+// 2^(kHistLog2Min + k + 1) (values below the first bin counted in bins[0], above the last in
+// the last), `inf` infinite (NaN against a number).
+inline constexpr int kHistLog2Min = -20;
+inline constexpr int kHistBins = 41;  // 2^-20 ... 2^20
+struct ErrorHistogram {
+  std::int64_t zero = 0, inf = 0;
+  std::vector<std::int64_t> bins = std::vector<std::int64_t>(kHistBins, 0);
+  void add(double v);
+};
+
+// The largest errors of one row (the index set of the non-normalized dims, reference/case.hpp
+// Geometry) of an output that has rows: outputs of x's shape and the statistics (mean, rstd).
+struct RowError {
+  std::int64_t row = 0;
+  double max_ulp = 0, max_ratio = 0;
+};
+
+// One output of one case.
+struct OutputResult {
+  std::string name;
+  Verdict verdict = Verdict::passed;
+  std::string reason;            // FAILED / MISSING / MISTRUSTED: why, with the numbers
+  std::int64_t elements = 0;     // compared elements (not mistrusted)
+  std::int64_t failed = 0;       // elements beyond their allowance
+  std::int64_t mistrusted = 0;   // elements not compared
+  std::int64_t uncertified = 0;  // elements whose reference rounding was undecided (either neighbour)
+  // Zeros accepted only because the candidate declares flush-to-zero outputs (CheckOptions): the
+  // element would have failed, but its exact value is within allowance + the dtype's smallest
+  // normal of 0. Counted among `elements`, not among `failed`.
+  std::int64_t flushed = 0;
+  double max_ulp = 0;            // largest error in ulps of the output dtype (at the exact value)
+  double max_abs = 0;            // largest absolute error
+  double max_rel = 0;            // largest relative error (elements with a non-zero exact value)
+  double max_ratio = 0;          // largest error / allowance: > 1 fails; the separation margin
+  // The worst element (largest error/allowance): flat index, coordinates, values.
+  std::int64_t worst_index = -1;
+  std::vector<std::int64_t> worst_coords;
+  double worst_got = 0, worst_expected = 0, worst_exact = 0, worst_allowance = 0;
+  ref::DType dtype = ref::DType::float32;
+  // For the reports: histograms of the error in ulps and of error / allowance, and per row
+  // (outputs with rows only) the largest errors.
+  ErrorHistogram hist_ulp, hist_ratio;
+  std::vector<RowError> rows;
+};
+
+struct CaseResult {
+  std::string case_id;
+  Verdict verdict = Verdict::passed;
+  std::string message;  // UNSUPPORTED / CRASHED / TIMEOUT: the reason
+  std::vector<OutputResult> outputs;
+  double seconds = 0;  // time the candidate took
+  // What the case is, for the reports' matrix (set by describe_case from the fixture case).
+  std::string op, direction, block, dtype, category;
+  // Per row of the case: |mean| / sigma of the row's normalized input (x, or the residual sum
+  // h = alpha x + residual (+ residual_bias)); infinite for a constant row, NaN for a row with a
+  // non-finite value. The variance's condition number is sqrt(1 + (mean/sigma)^2).
+  std::vector<double> row_mean_over_sigma;
+  // FAILED cases: the best dialects of the diagnosis panel (diagnosis.hpp), best first.
+  std::vector<Diagnosis> diagnosis;
+  bool diagnosed = false;  // the panel ran (an empty `diagnosis` then: no dialect applies)
+};
+
+// Sets the descriptive fields of `r` (op, direction, block, dtype, category, the rows' mean/sigma)
+// from the fixture case; the verdicts are untouched.
+void describe_case(CaseResult& r, const fix::FixtureCase& fc);
+
+// Error of `got` against the exact value `exact` (whose correctly rounded value is `expected`),
+// in value units, as the checker measures it: infinite when the kinds differ (NaN against a
+// number, an infinity where the value does not overflow).
+double element_error(double got, double exact, double expected, ref::DType t);
+
+// What the candidate declared that changes the comparison (conformance/candidate.hpp,
+// Capabilities; check_options_of makes one from them).
+struct CheckOptions {
+  // Capabilities::flush_subnormal_outputs: a +-0 output is accepted where its exact value lies
+  // within its allowance plus the output dtype's smallest normal of 0 (flush_slack).
+  bool flush_subnormal_outputs = false;
+};
+
+// The extra allowance of an output value `got` of dtype `t` from a candidate that may flush
+// subnormal outputs: the smallest normal of `t` (2^-126 for float32 and bfloat16, 2^-14 for
+// float16) when `got` is +-0, else 0. Sound: the candidate's unflushed value r is within the
+// allowance a of the exact value, and it flushes only |r| < smallest normal, so the exact value
+// is within a + smallest normal of the zero it returns.
+double flush_slack(double got, ref::DType t);
+// Adds flush_slack to the allowance of every zero element of `got` (outputs present in both),
+// for relations between outputs of a candidate that declares flush-to-zero outputs.
+void widen_for_flushed_zeros(std::map<std::string, OutputAllowance>& allow, const Outputs& got);
+
+// Compares `got` with `fc.expected` under `allow` (derive_allowances(fc.c)). Extra outputs are
+// ignored; a wrong shape or dtype FAILS that output; NaN where a finite value is expected (or
+// the reverse) fails the element.
+CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
+                      const std::map<std::string, OutputAllowance>& allow, const CheckOptions& opt = {});
+
+}  // namespace normcheck::conf

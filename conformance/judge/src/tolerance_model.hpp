@@ -1,0 +1,480 @@
+// The tolerance model's internals (TOLERANCE.md): the compute dtype's constants, the row model
+// and the Model class that derives every allowance of a case. tolerance.cpp holds the plain
+// norms' derivation and the entry point, tolerance_blocks.cpp the residual blocks'.
+#pragma once
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "normcheck/judge/tolerance.hpp"
+#include "normcheck/reference/contract.hpp"
+#include "normcheck/reference/outputs.hpp"
+
+namespace normcheck::conf::tol {
+
+using ref::DType;
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Everything the bounds need about the compute dtype.
+struct Compute {
+  DType t;
+  double u;
+  double eta;
+  double gam(double k) const {
+    const double ku = k * u;
+    return ku >= 0.5 ? kInf : ku / (1 - ku);
+  }
+  // Error of converting v into the compute dtype (0 when it is a value of it).
+  double conv(double v, DType from) const {
+    if (holds(from)) return 0.0;
+    return ref::representable(v, t) || !std::isfinite(v) ? 0.0 : 0.5 * ulp_of(v, t);
+  }
+  // Whether every value of dtype `from` is a value of the compute dtype (then conv is 0).
+  bool holds(DType from) const {
+    const auto a = ref::format_of(from), b = ref::format_of(t);
+    return a.precision <= b.precision && a.min_exp >= b.min_exp && a.max_exp <= b.max_exp;
+  }
+};
+
+// Error after a contract rounding point to dtype t of a value v computed with error e: the
+// reference rounds the exact v, the candidate rounds its v + e. When v lies farther than e from
+// every rounding boundary of t, both land on the same value and the error is gone; otherwise
+// they may be neighbours: e plus one ulp. `slack` bounds the error of our binary64 evaluation of
+// v, so the boundary test holds for the exact v as well. Nothing changes when e = 0.
+inline double through_rounding(double v, double e, double slack, DType t) {
+  if (e == 0) return 0;
+  const double r = ref::round_to(v, t);
+  if (std::isfinite(r) && std::isfinite(v)) {
+    const auto gap = ref::rounding_gap(r, t);
+    const double dist = std::min(v - (r - gap.below), (r + gap.above) - v);
+    if (dist > e + slack) return 0;
+  }
+  return e + ulp_of(std::fabs(v) + e, t);
+}
+
+// Relative error of the binary64 evaluation of a row quantity after k operations: 2^-50 per
+// operation is four times the unit roundoff of binary64, a margin for the slack above.
+inline double slack_of(double magnitude, double k) { return std::ldexp(k + 4, -50) * magnitude; }
+
+// Final rounding of a value computed with error e to the output dtype t: within e of the exact
+// value before rounding, then half an ulp.
+inline double final_allowance(double v, double e, DType t) {
+  if (!std::isfinite(e)) return kNaN;
+  return e + 0.5 * ulp_of(std::fabs(v) + e, t);
+}
+
+inline const ref::Tensor* find_input(const ref::Case& c, const char* name) {
+  auto it = c.inputs.find(name);
+  return it == c.inputs.end() ? nullptr : &it->second;
+}
+
+using Points = ref::ResolvedPoints;
+
+// One normalized row: values and error bounds of the intermediates (TOLERANCE.md, section 3).
+struct RowModel {
+  bool finite = true;
+  bool trusted = true;
+  // A sum a correct kernel forms (sum of |h|; of squared deviations, or of squares for RMSNorm)
+  // may reach the compute dtype's largest finite value: `acc` bounds it (section 5).
+  bool overflow = false, overflow_mean = false;  // any of them; sum |h| (the mean's sum)
+  double acc = 0;
+  double mean = 0, rstd = 0;
+  double e_mean = 0, e_rstd_rel = 0, e_q_rel = 0;
+  double kappa = 0, max_e_xhat = 0;
+  double A = 0;
+  std::vector<double> h, e_h_pre, e_h_post, d, xhat, e_xhat;
+  // 1 where forming h (alpha x + residual (+ bias), or x converted) may reach the compute dtype's
+  // largest finite value: a correct kernel's h, residual_out included, may be infinite there.
+  std::vector<std::uint8_t> h_overflow;
+  // Error of our binary64 x-hat: the mean of n terms errs by ~n 2^-53 A, scaled by rstd, plus
+  // a few roundings of x-hat itself.
+  double slack_xhat(std::int64_t j) const {
+    return slack_of(A * rstd, static_cast<double>(h.size())) + slack_of(std::fabs(xhat[j]), 8);
+  }
+};
+
+class Model {
+ public:
+  explicit Model(const ref::Case& c)
+      : c_(c), g_(ref::geometry_of(c)), pts_(ref::resolve_points(c)) {
+    const DType ct = c.dtype_compute;
+    const auto f = ref::format_of(ct);
+    // eta: one full subnormal spacing per rounding (twice the half-spacing a correctly rounded
+    // operation can lose), a margin for kernels that flush or round subnormal results twice.
+    cp_ = {ct, ref::unit_roundoff(ct), std::ldexp(1.0, f.min_exp - f.precision + 1)};
+    x_ = &c.inputs.at("x");
+    w_ = c.affine != ref::Affine::none ? find_input(c, "weight") : nullptr;
+    b_ = c.affine == ref::Affine::weight_bias ? find_input(c, "bias") : nullptr;
+    r_ = c.residual != ref::Residual::none ? find_input(c, "residual") : nullptr;
+    rb_ = c.residual == ref::Residual::add_bias ? find_input(c, "residual_bias") : nullptr;
+    dy_ = c.direction == ref::Direction::backward ? find_input(c, "dy") : nullptr;
+  }
+
+  // The plain norms, forward and backward (tolerance.cpp).
+  std::map<std::string, OutputAllowance> derive();
+
+  // Section 7: a block of L layers. Each row (a position) is propagated through the layers as
+  // values with error bounds; the FFN's products and the activation add theirs. Backward
+  // (section 8) walks the layers in reverse with the saved forward states.
+  // tolerance_blocks.cpp.
+  std::map<std::string, OutputAllowance> derive_block();
+
+ private:
+  static constexpr double kGeluEval = 8;  // TOLERANCE.md, The table
+
+  // Column sums of one parameter tensor: per element, the sum over rows of |term| and of the
+  // propagated errors (section 4: allowance = err + gam(R+1) abs + R eta).
+  struct ColumnBound {
+    std::vector<double> abs, err;
+    void resize(std::size_t n) {
+      abs.assign(n, 0.0);
+      err.assign(n, 0.0);
+    }
+  };
+
+  // The most ill-conditioned untrusted row seen, and the largest sum that may overflow, for the
+  // MISTRUSTED reason.
+  struct Worst {
+    bool seen = false;
+    std::int64_t n = 0;
+    double kappa = 0, e_xhat = 0, e_q = 0;
+    std::int64_t overflow_sums = 0, overflow_n = 0;
+    double overflow_acc = 0;
+    void see_overflow(double acc, std::int64_t terms) {
+      ++overflow_sums;
+      if (acc > overflow_acc) {
+        overflow_acc = acc;
+        overflow_n = terms;
+      }
+    }
+    void see(const RowModel& m) {
+      if (m.overflow) see_overflow(m.acc, static_cast<std::int64_t>(m.h.size()));
+      if (m.trusted || (m.overflow && m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust) ||
+          (seen && m.max_e_xhat <= e_xhat && m.e_q_rel <= e_q))
+        return;
+      seen = true;
+      n = static_cast<std::int64_t>(m.h.size());
+      kappa = m.kappa;
+      e_xhat = m.max_e_xhat;
+      e_q = m.e_q_rel;
+    }
+  };
+
+  std::map<std::string, OutputAllowance> empty_allowances() const {
+    std::map<std::string, OutputAllowance> out;
+    for (const auto& [name, spec] : output_specs(c_)) {
+      std::int64_t numel = 1;
+      for (auto d : spec.shape) numel *= d;
+      out[name].abs.assign(static_cast<std::size_t>(numel), 0.0);
+      out[name].nan_ok.assign(static_cast<std::size_t>(numel), 0);
+    }
+    return out;
+  }
+
+  // Section 4: a column sum over R rows, from its rows' |terms| and propagated errors.
+  double column_allowance(const ColumnBound& cb, std::size_t k, std::int64_t R) const {
+    const double e = cb.err[k] + cp_.gam(static_cast<double>(R + 1)) * cb.abs[k] + static_cast<double>(R) * cp_.eta;
+    return final_allowance(cb.abs[k], e, c_.dtype_param);
+  }
+
+  // Section 5: counts the MISTRUSTED elements of every output and gives them the reason.
+  void count_mistrusted(std::map<std::string, OutputAllowance>& out, const Worst& worst, std::int64_t untrusted_rows,
+                        std::int64_t R, std::string_view where) const {
+    for (auto& [name, a] : out) {
+      a.mistrusted = std::count_if(a.abs.begin(), a.abs.end(), [](double v) { return std::isnan(v); });
+      if (a.mistrusted == 0) continue;
+      if (worst.seen)
+        a.reason = fmt::format(
+            "{} of {} rows too ill-conditioned for {} compute{}: row length {}, condition {:.3g}, bound on x-hat "
+            "error {:.3g} and on the relative variance error {:.3g} (MISTRUSTED at >= {})",
+            untrusted_rows, R, ref::name_of(c_.dtype_compute), where, worst.n, worst.kappa, worst.e_xhat, worst.e_q,
+            kBounds.mistrust);
+      if (worst.overflow_sums > 0)
+        a.reason += fmt::format(
+            "{}{} sum{}{} may overflow the {} accumulator of a correct kernel: a sum of {} terms whose |terms| add up "
+            "to {:.6g}, against the largest finite {} {:.6g}",
+            a.reason.empty() ? "" : "; ", worst.overflow_sums, worst.overflow_sums == 1 ? "" : "s", where,
+            ref::name_of(c_.dtype_compute), worst.overflow_n, worst.overflow_acc, ref::name_of(c_.dtype_compute),
+            ref::max_finite(c_.dtype_compute));
+    }
+  }
+
+  // Non-finite rows follow IEEE rules exactly in the reference; a correct kernel may differ by
+  // one rounding in the finite elements (e.g. +-0 + bias).
+  double ieee_allowance(DType t) const { return 0.5 * ulp_of(0, t) + cp_.eta; }
+
+  double value(const ref::Tensor* t, std::int64_t i) const { return t ? t->data[static_cast<std::size_t>(i)] : 0.0; }
+
+  void row_model(std::int64_t row, RowModel& m) const {
+    const std::int64_t n = g_.cols;
+    const std::int64_t base = g_.row_base[row];
+    m.h.resize(n);
+    m.e_h_pre.resize(n);
+    m.e_h_post.resize(n);
+    m.d.resize(n);
+    m.xhat.resize(n);
+    m.e_xhat.resize(n);
+    m.finite = true;
+    m.h_overflow.assign(n, 0);
+    bool any_h_overflow = false;
+    double h_terms = 0;
+    std::vector<double> e_h(n);
+    // 3.1 h and its error (fused residual: up to three roundings, plus conversions).
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t k = base + g_.col_delta[j];
+      const double x = x_->data[static_cast<std::size_t>(k)];
+      double h = x, e = cp_.conv(x, c_.dtype_x);
+      if (r_) {
+        const double ax = c_.alpha * x, res = value(r_, k), rb = rb_ ? value(rb_, j) : 0.0;
+        h = ax + res + rb;
+        const int ops = (c_.alpha != 1 ? 1 : 0) + 1 + (rb_ ? 1 : 0);
+        e = std::fabs(c_.alpha) * cp_.conv(x, c_.dtype_x) + cp_.conv(res, c_.dtype_residual) + (rb_ ? cp_.conv(rb, c_.dtype_param) : 0.0) +
+            cp_.gam(ops) * (std::fabs(ax) + std::fabs(res) + std::fabs(rb)) + ops * cp_.eta;
+      }
+      m.e_h_pre[j] = e;
+      // Section 5: the terms of h (or x itself) against the compute dtype's range (found by the
+      // property tests: 2 x = -105984 in float16 compute gives residual_out = -inf).
+      const double terms = r_ ? std::fabs(c_.alpha * x) + std::fabs(value(r_, k)) + (rb_ ? std::fabs(value(rb_, j)) : 0.0)
+                              : std::fabs(x);
+      if (std::isfinite(terms) && overflows(terms + e, r_ ? 3 : 1)) {
+        m.h_overflow[j] = 1;
+        any_h_overflow = true;
+        h_terms = std::max(h_terms, terms + e);
+      }
+      if (pts_.h) {
+        e = through_rounding(h, e, slack_of(std::fabs(c_.alpha * x) + std::fabs(value(r_, k)) + (rb_ ? std::fabs(value(rb_, j)) : 0.0), 3), *pts_.h);
+        h = ref::round_to(h, *pts_.h);
+      }
+      if (!std::isfinite(h)) m.finite = false;
+      m.h[j] = h;
+      m.e_h_post[j] = e;
+      e_h[j] = e;
+    }
+    if (!m.finite) {
+      m.trusted = true;
+      return;
+    }
+    stats(m, e_h);
+    if (any_h_overflow) {  // the row's h, and so its statistics, may be infinite in a kernel
+      m.overflow = m.overflow_mean = true;
+      m.trusted = false;
+      m.acc = std::max(m.acc, h_terms);
+    }
+  }
+
+  // Sections 3.2-3.6 for a row whose values m.h (finite) carry the errors e_h.
+  void stats(RowModel& m, const std::vector<double>& e_h) const {
+    const auto n = static_cast<std::int64_t>(m.h.size());
+    const double nd = static_cast<double>(n);
+    const bool ln = c_.op == ref::Op::layernorm;
+    m.d.resize(n);
+    m.xhat.resize(n);
+    m.e_xhat.resize(n);
+    double sum = 0, sum_abs = 0, sum_sq = 0, sum_eh = 0, max_eh = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      sum += m.h[j];
+      sum_abs += std::fabs(m.h[j]);
+      sum_sq += m.h[j] * m.h[j];
+      sum_eh += e_h[j];
+      max_eh = std::max(max_eh, e_h[j]);
+    }
+    const double A = sum_abs / nd, mean_sq = sum_sq / nd, mean_eh = sum_eh / nd;
+    m.A = A;
+    const double mu = ln ? sum / nd : 0.0;
+    // 3.2 the mean: any summation order, or Welford's running mean.
+    m.mean = mu;
+    m.e_mean = ln ? mean_eh + cp_.gam(nd + 1) * (A + mean_eh) + nd * cp_.eta : 0.0;
+    double var = 0, sum_d_e = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      m.d[j] = m.h[j] - mu;
+      var += m.d[j] * m.d[j];
+      sum_d_e += std::fabs(m.d[j]) * (e_h[j] + (ln ? mean_eh : 0.0));
+    }
+    var /= nd;
+    // 3.3 the variance (LayerNorm: mean of squared deviations; RMSNorm: mean of squares).
+    double e_var;
+    if (ln) {
+      m.kappa = var > 0 ? std::sqrt(mean_sq / var) : kInf;
+      const double shift = max_eh + mean_eh;
+      e_var = kBounds.welford * nd * cp_.u * std::sqrt(mean_sq * var) + cp_.gam(nd + 2) * var +
+              m.e_mean * m.e_mean + 2 * sum_d_e / nd + shift * shift + 2 * m.e_mean * shift + nd * cp_.eta;
+    } else {
+      m.kappa = 1;
+      e_var = cp_.gam(nd + 1) * mean_sq + 2 * sum_d_e / nd + max_eh * max_eh + nd * cp_.eta;
+    }
+    const double q = var + c_.epsilon;
+    const double e_q = e_var + cp_.u * q + cp_.conv(c_.epsilon, DType::float64);
+    m.e_q_rel = q > 0 ? e_q / q : kInf;
+    m.rstd = q > 0 ? 1 / std::sqrt(q) : kInf;
+    m.e_rstd_rel = m.e_q_rel >= kBounds.mistrust ? kInf
+                                                 : 0.5 * m.e_q_rel / (1 - m.e_q_rel) + kBounds.sqrt_div * cp_.u;
+    // 3.4 x-hat = d * rstd, with d carrying the error of h and of the mean.
+    m.max_e_xhat = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double e_d = e_h[j] + m.e_mean + (ln ? cp_.u * (std::fabs(m.d[j]) + e_h[j] + m.e_mean) : 0.0);
+      m.xhat[j] = m.d[j] * m.rstd;
+      m.e_xhat[j] = (e_d * m.rstd + std::fabs(m.xhat[j]) * m.e_rstd_rel) * (1 + m.e_rstd_rel) +
+                    cp_.u * std::fabs(m.xhat[j]) + cp_.eta;
+      if (!std::isfinite(m.rstd)) m.e_xhat[j] = kInf;
+      m.max_e_xhat = std::max(m.max_e_xhat, m.e_xhat[j]);
+    }
+    // Section 5: the sums a correct kernel accumulates in the compute dtype are bounded by sum |h|
+    // (the mean) and sum d^2 (the variance: two-pass, or Welford's M2, whose prefixes never exceed
+    // it; RMSNorm: sum h^2), each with its propagated errors. Where one may reach the largest
+    // finite value, a correct kernel's sum may be infinite (found by the property tests: a
+    // float16 DeepNorm block, property_tests/findings/).
+    double s1 = 0, s2 = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      s1 += std::fabs(m.h[j]) + e_h[j];
+      const double dj = std::fabs(m.d[j]) + e_h[j] + m.e_mean;
+      s2 += dj * dj;
+    }
+    m.acc = std::max(s1, s2);
+    m.overflow_mean = overflows(s1, n + 1);
+    m.overflow = m.overflow_mean || overflows(s2, n + 2);
+    m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust && !m.overflow;
+  }
+
+  // Whether a sum of `terms` terms whose |terms| (with their errors) add up to `acc` may reach
+  // the compute dtype's largest finite value in a correct kernel (each partial sum within
+  // gamma(terms) of its exact value).
+  bool overflows(double acc, std::int64_t terms) const {
+    // A non-finite bound comes from an infinite error bound upstream: that row is untrusted by
+    // the first rule already, and nothing is known about its sums.
+    if (acc == 0 || !std::isfinite(acc)) return false;
+    // Where gamma is unbounded (terms u >= 1/2, float16 rows of 1022 and more) the row is
+    // untrusted by the first rule already (its mean and variance bounds are infinite); only a sum
+    // whose value itself reaches the limit is called an overflow there.
+    const double g = cp_.gam(static_cast<double>(terms));
+    return !(acc * (std::isfinite(g) ? 1 + g : 1.0) < ref::max_finite(c_.dtype_compute));
+  }
+  // overflows(), and when it holds, the sum noted in `worst` for the MISTRUSTED reason.
+  bool may_overflow(double acc, std::int64_t terms, Worst& worst) const {
+    if (!overflows(acc, terms)) return false;
+    worst.see_overflow(acc, terms);
+    return true;
+  }
+
+  // Section 4 for one row: the upstream gradient dy (errors e_dy) through the norm whose row
+  // model is m and whose scale is scale (errors e_scale; nullptr: no weight): dh and its
+  // errors, and the row's terms of dweight (sum dy x-hat) and dbias (sum dy).
+  // Section 5 for it: returns true, and tells `worst`, when a sum or product of the row's
+  // backward (g = dy scale, sum g, sum g x-hat, K = g - gbar - x-hat m2) may overflow the compute
+  // dtype in a correct kernel: its dx is then MISTRUSTED.
+  bool norm_back(const RowModel& m, const double* scale, const double* e_scale, const std::vector<double>& dy,
+                 const std::vector<double>& e_dy, std::vector<double>& dh, std::vector<double>& e_dh, ColumnBound* dw,
+                 ColumnBound* db, std::size_t col0, Worst& worst) const {
+    bool overflow = false;
+    const auto see = [&](double acc, std::int64_t terms) { overflow = may_overflow(acc, terms, worst) || overflow; };
+    const auto n = static_cast<std::int64_t>(dy.size());
+    const double nd = static_cast<double>(n);
+    const bool ln = c_.op == ref::Op::layernorm;
+    std::vector<double> gv(n), e_g(n);
+    double s_g = 0, s_abs_g = 0, s_eg = 0, s_gx = 0, s_abs_gx = 0, s_e_gx = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double sc = scale ? scale[j] : 1.0, e_sc = scale ? e_scale[j] : 0.0;
+      gv[j] = dy[j] * sc;
+      e_g[j] = std::fabs(dy[j]) * e_sc + e_dy[j] * std::fabs(sc) + (scale ? cp_.u * std::fabs(gv[j]) : 0.0);
+      s_g += gv[j];
+      s_abs_g += std::fabs(gv[j]);
+      s_eg += e_g[j];
+      s_gx += gv[j] * m.xhat[j];
+      s_abs_gx += std::fabs(gv[j] * m.xhat[j]);
+      s_e_gx += std::fabs(gv[j]) * m.e_xhat[j] + std::fabs(m.xhat[j]) * e_g[j] + e_g[j] * m.e_xhat[j];
+      see(std::fabs(gv[j]) + e_g[j], 1);
+      const std::size_t c = col0 + static_cast<std::size_t>(j);
+      if (dw) {
+        dw->abs[c] += std::fabs(dy[j] * m.xhat[j]);
+        dw->err[c] += std::fabs(dy[j]) * m.e_xhat[j] + e_dy[j] * (std::fabs(m.xhat[j]) + m.e_xhat[j]) +
+                      cp_.u * std::fabs(dy[j] * m.xhat[j]);
+      }
+      if (db) {
+        db->abs[c] += std::fabs(dy[j]);
+        db->err[c] += e_dy[j];
+      }
+    }
+    if (ln) see(s_abs_g + s_eg, n);
+    see(s_abs_gx + s_e_gx, n);
+    const double gbar = ln ? s_g / nd : 0.0;
+    const double e_gbar = ln ? s_eg / nd + cp_.gam(nd + 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
+    const double m2 = s_gx / nd;
+    const double e_m2 = s_e_gx / nd + cp_.gam(nd + 2) * s_abs_gx / nd + nd * cp_.eta;
+    dh.resize(n);
+    e_dh.resize(n);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double xh = m.xhat[j], e_xh = m.e_xhat[j];
+      const double K = gv[j] - gbar - xh * m2;
+      const double e_K = e_g[j] + e_gbar + std::fabs(xh) * e_m2 + e_xh * std::fabs(m2) + e_xh * e_m2 +
+                         cp_.gam(3) * (std::fabs(gv[j]) + std::fabs(gbar) + std::fabs(xh * m2));
+      see(std::fabs(gv[j]) + std::fabs(gbar) + std::fabs(xh * m2) + e_K, 3);
+      dh[j] = m.rstd * K;
+      e_dh[j] = m.rstd * e_K * (1 + m.e_rstd_rel) + std::fabs(dh[j]) * m.e_rstd_rel + cp_.u * std::fabs(dh[j]);
+    }
+    return overflow;
+  }
+
+  // Section 4: the backward pass of one row, and its contributions to the column sums. Returns
+  // false when a sum of it may overflow the compute dtype (its dx MISTRUSTED, section 5).
+  bool backward_row(std::int64_t row, const RowModel& m, const std::vector<double>& scale,
+                    const std::vector<double>& e_scale, std::map<std::string, OutputAllowance>& out, ColumnBound& dw,
+                    ColumnBound& db, ColumnBound& drb, std::vector<std::uint8_t>& col_nonfinite, Worst& worst) const {
+    const std::int64_t n = g_.cols;
+    const std::int64_t base = g_.row_base[row];
+    auto& dx = out.at("dx");
+    auto* dres = r_ ? &out.at("dresidual") : nullptr;
+    bool finite = m.finite;
+    for (std::int64_t j = 0; j < n && finite; ++j)
+      finite = std::isfinite(value(dy_, base + g_.col_delta[j]));
+    if (!finite) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::size_t k = static_cast<std::size_t>(base + g_.col_delta[j]);
+        dx.abs[k] = ieee_allowance(c_.dtype_x);
+        dx.nan_ok[k] = 1;
+        if (dres) {
+          dres->abs[k] = ieee_allowance(c_.dtype_residual);
+          dres->nan_ok[k] = 1;
+        }
+        col_nonfinite[j] = 1;
+      }
+      return true;
+    }
+    std::vector<double> dy(n), e_dy(n), dh, e_dh;
+    for (std::int64_t j = 0; j < n; ++j) {
+      dy[j] = value(dy_, base + g_.col_delta[j]);
+      e_dy[j] = cp_.conv(dy[j], c_.dtype_out);
+    }
+    const bool overflow = norm_back(m, w_ ? scale.data() : nullptr, e_scale.data(), dy, e_dy, dh, e_dh, &dw, &db, 0, worst);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::size_t k = static_cast<std::size_t>(base + g_.col_delta[j]);
+      if (!m.trusted || overflow) {
+        dx.abs[k] = kNaN;
+        if (dres) dres->abs[k] = kNaN;
+        continue;
+      }
+      const double dxv = c_.alpha * dh[j];
+      const double e_dx = std::fabs(c_.alpha) * e_dh[j] + (c_.alpha != 1 ? cp_.u * std::fabs(dxv) : 0.0);
+      dx.abs[k] = final_allowance(dxv, e_dx, c_.dtype_x);
+      if (dres) dres->abs[k] = final_allowance(dh[j], e_dh[j], c_.dtype_residual);
+      drb.abs[j] += std::fabs(dh[j]);
+      drb.err[j] += e_dh[j];
+    }
+    return !overflow;
+  }
+
+  const ref::Case& c_;
+  ref::Geometry g_;
+  Points pts_;
+  Compute cp_{};
+  const ref::Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *r_ = nullptr, *rb_ = nullptr, *dy_ = nullptr;
+};
+
+}  // namespace normcheck::conf::tol
