@@ -27,19 +27,66 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using Points = ResolvedPoints;
 
-// fill = false leaves the buffers empty (the caller grows them as it writes).
-Output make_output(DType t, const std::vector<std::int64_t>& shape, bool fill = true) {
+// Output buffers handed back by the caller of evaluate_into(), for the outputs of this case:
+// each request takes the spare of least capacity that holds it (else the largest, which then
+// grows), so that a generator evaluating case after case into one Result neither allocates nor
+// zero-fills. Stale contents do not matter: every path of the evaluation writes every element
+// (the test Forward.ReusedBuffersGiveTheSameResults poisons them to check).
+class BufferPool {
+ public:
+  void give(Result& r) {
+    for (auto& [name, o] : r.outputs) {
+      (void)name;
+      f64_.push_back(std::move(o.value.data));
+      f64_.push_back(std::move(o.f64));
+      u8_.push_back(std::move(o.certified));
+    }
+    r.outputs.clear();
+  }
+  std::vector<double> f64(std::size_t n) { return take(f64_, n); }
+  std::vector<std::uint8_t> u8(std::size_t n) { return take(u8_, n); }
+
+ private:
+  template <typename T>
+  static std::vector<T> take(std::vector<std::vector<T>>& spares, std::size_t n) {
+    if (spares.empty()) return {};
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < spares.size(); ++i) {
+      const std::size_t c = spares[i].capacity(), b = spares[best].capacity();
+      const bool fits = c >= n, best_fits = b >= n;
+      if (fits != best_fits ? fits : (fits ? c < b : c > b)) best = i;
+    }
+    std::vector<T> v = std::move(spares[best]);
+    spares[best] = std::move(spares.back());
+    spares.pop_back();
+    return v;
+  }
+  std::vector<std::vector<double>> f64_;
+  std::vector<std::vector<std::uint8_t>> u8_;
+};
+
+// fill = false: the buffers hold at most n elements (the caller grows them as it writes).
+Output make_output(BufferPool& pool, DType t, const std::vector<std::int64_t>& shape, bool fill = true) {
   Output o;
   o.value.dtype = t;
   o.value.shape = shape;
-  if (!fill) return o;
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
-  // Every element is written by every path of the evaluation; zero-filling (a memset) is
-  // only there to make the buffers defined.
-  o.value.data.resize(static_cast<size_t>(n));
-  o.f64.resize(static_cast<size_t>(n));
-  o.certified.resize(static_cast<size_t>(n));
+  const auto size = static_cast<std::size_t>(n);
+  o.value.data = pool.f64(size);
+  o.f64 = pool.f64(size);
+  o.certified = pool.u8(size);
+  // Every element is written by every path of the evaluation; the value-initialisation of
+  // elements a reused buffer lacks is only there to make them defined.
+  if (fill) {
+    o.value.data.resize(size);
+    o.f64.resize(size);
+    o.certified.resize(size);
+  } else {
+    o.value.data.resize(std::min(o.value.data.size(), size));
+    o.f64.resize(std::min(o.f64.size(), size));
+    o.certified.resize(std::min(o.certified.size(), size));
+  }
   return o;
 }
 
@@ -143,8 +190,10 @@ class Evaluator {
     for (std::int64_t row = 0; row < g_.rows; ++row) contiguous_ &= g_.row_base[row] == row * g_.cols;
   }
 
-  Result run() {
-    Result res;
+  // Evaluates into res, reusing the buffers of the outputs it holds.
+  void run(Result& res) {
+    pool_.give(res);
+    res.stats = Stats{};
     if (c_.direction == Direction::forward) forward(res);
     else backward(res);
     for (const auto& [name, o] : res.outputs) {
@@ -155,7 +204,6 @@ class Evaluator {
     res.stats.fast = fast_;
     res.stats.slow = slow_;
     res.stats.max_bits_used = max_bits_used_;
-    return res;
   }
 
  private:
@@ -163,10 +211,11 @@ class Evaluator {
 
   // An output of the case allocated as output_specs says; one the case does not have (mean of
   // an RMSNorm, residual_out without a residual) is empty and never emitted.
-  Output output_of(const char* name, bool fill = true) const {
+  // The output's buffers come from the pool (reused across cases: ref::evaluate_into).
+  Output output_of(const char* name, bool fill = true) {
     const auto it = specs_.find(name);
-    if (it == specs_.end()) return make_output(DType::float32, {0});
-    return make_output(it->second.dtype, it->second.shape, fill);
+    if (it == specs_.end()) return make_output(pool_, DType::float32, {0});
+    return make_output(pool_, it->second.dtype, it->second.shape, fill);
   }
   // Adds `o` to the result if the case has that output (output_specs).
   void emit(Result& res, const char* name, Output&& o) const {
@@ -426,9 +475,10 @@ class Evaluator {
     std::vector<double> ky(g_.cols), ky64(g_.cols);
     std::vector<std::uint8_t> kdecided(g_.cols);
 
-    // Contiguous rows: y's buffers grow row by row (capacity reserved), so each row is
-    // zero-filled just before it is written, while its cache lines are still in cache, rather
-    // than all 17 bytes an element up front and again when written (reference/README.md).
+    // Contiguous rows: y's buffers grow row by row (capacity reserved), so each row a fresh
+    // buffer lacks is zero-filled just before it is written, while its cache lines are still
+    // in cache, rather than all 17 bytes an element up front and again when written
+    // (reference/README.md). A reused buffer that holds the row already is not touched.
     if (contiguous_) {
       y.value.data.reserve(static_cast<std::size_t>(g_.rows * g_.cols));
       y.f64.reserve(static_cast<std::size_t>(g_.rows * g_.cols));
@@ -437,9 +487,9 @@ class Evaluator {
     for (std::int64_t row = 0; row < g_.rows; ++row) {
       if (contiguous_) {
         const auto end = static_cast<std::size_t>((row + 1) * g_.cols);
-        y.value.data.resize(end);
-        y.f64.resize(end);
-        y.certified.resize(end);
+        if (y.value.data.size() < end) y.value.data.resize(end);
+        if (y.f64.size() < end) y.f64.resize(end);
+        if (y.certified.size() < end) y.certified.resize(end);
       }
       Row r = make_row(row);
       // residual_out: h rounded to the residual dtype (h itself if the contract rounded it).
@@ -825,6 +875,7 @@ class Evaluator {
   bool x_by_rows_ = false;  // x's float32 values are checked row by row (check_x_row)
   bool contiguous_ = false;  // each row's elements are adjacent
   detail::BinnedSum sum_, sumsq_;
+  BufferPool pool_;
   std::int64_t fast_ = 0, slow_ = 0;
   int max_bits_used_ = 0;
 };
@@ -832,6 +883,12 @@ class Evaluator {
 }  // namespace
 
 Result evaluate(const Case& c, const Options& opt) {
+  Result r;
+  evaluate_into(c, opt, r);
+  return r;
+}
+
+void evaluate_into(const Case& c, const Options& opt, Result& out) {
   // float32 x in plain rows (h = x: no residual, alpha 1, no h rounding point; forward) is
   // checked row by row from the row scan (Evaluator::check_x_row) instead of here. The same
   // flag decides both, so no row escapes both checks.
@@ -844,8 +901,11 @@ Result evaluate(const Case& c, const Options& opt) {
   detail::validate(c, !x_by_rows);
   if (opt.start_bits < 64 || opt.max_bits < opt.start_bits)
     throw CaseError("options", "start_bits must be >= 64 and max_bits >= start_bits");
-  if (c.block != Block::none) return detail::evaluate_block(c, opt);
-  return Evaluator(c, opt, x_by_rows).run();
+  if (c.block != Block::none) {
+    out = detail::evaluate_block(c, opt);
+    return;
+  }
+  Evaluator(c, opt, x_by_rows).run(out);
 }
 
 }  // namespace normcheck::ref

@@ -1,6 +1,7 @@
 // Forward reference: closed forms, exact invariances, hard inputs, contracts, fast vs MPFR.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 
@@ -325,6 +326,77 @@ TEST(Forward, ChannelsFirstAxesAndOnnxNegativeAxis) {
   const Result rd = evaluate(d);
   EXPECT_EQ(rd.outputs.at("mean").value.shape, (std::vector<std::int64_t>{2, 1, 1}));
   EXPECT_EQ(rd.outputs.at("mean").value.data[0], 11.0);
+}
+
+// evaluate_into() reuses the caller's buffers without clearing them: every path must write
+// every element. Buffers poisoned with a NaN payload and certified = 0x5a, larger and smaller
+// than the outputs, then each case evaluated into the leftovers of the one before, must give
+// what a fresh evaluate() gives, bit for bit, on every path (kernel, general double-double,
+// MPFR, non-finite rows, eps = 0 constant rows, strided rows, residuals, contracts, backward).
+TEST(Forward, ReusedBuffersGiveTheSameResults) {
+  std::mt19937_64 rng(21);
+  std::vector<Case> cases;
+  for (Op op : {Op::layernorm, Op::rmsnorm}) {
+    Case c = simple_case(op, 6, 40, normal_values(rng, 240, 3, 2, DType::float32));
+    set_affine(c, normal_values(rng, 40, 1, 0.5, DType::float32), normal_values(rng, 40, 0, 0.5, DType::float32));
+    c.inputs["x"].data[5] = std::nan("");
+    c.inputs["x"].data[41] = INFINITY;
+    for (int i = 80; i < 120; ++i) c.inputs["x"].data[i] = 0.75;  // constant row
+    cases.push_back(c);
+    c.epsilon = 0;  // the constant row gives rstd = inf
+    cases.push_back(c);
+    for (const char* contract : {"llama", "onnx"}) {
+      Case k = c;
+      k.contract = contract;
+      cases.push_back(k);
+    }
+    Case h = simple_case(op, 3, 17, normal_values(rng, 51, 0, 1, DType::float16), DType::float16);
+    h.residual = Residual::add_bias;
+    h.alpha = 0.3;
+    h.inputs["residual"] = testing::tensor(DType::float16, {3, 17}, normal_values(rng, 51, 0, 1, DType::float16));
+    h.inputs["residual_bias"] = testing::tensor(DType::float16, {17}, normal_values(rng, 17, 0, 1, DType::float16));
+    cases.push_back(h);
+    Case s = simple_case(op, 1, 1, {});
+    s.inputs["x"] = testing::tensor(DType::float32, {2, 5, 3}, normal_values(rng, 30, 1, 1, DType::float32));
+    s.axes = std::vector<std::int64_t>{1};
+    cases.push_back(s);
+    Case b = simple_case(op, 4, 24, normal_values(rng, 96, 1, 1, DType::bfloat16), DType::bfloat16);
+    set_affine(b, normal_values(rng, 24, 1, 0.5, DType::bfloat16), normal_values(rng, 24, 0, 0.5, DType::bfloat16));
+    b.direction = Direction::backward;
+    b.inputs["dy"] = testing::tensor(DType::bfloat16, {4, 24}, normal_values(rng, 96, 0, 1, DType::bfloat16));
+    cases.push_back(b);
+  }
+  auto expect_same = [](const Result& fresh, const Result& reused, const std::string& what) {
+    ASSERT_EQ(fresh.outputs.size(), reused.outputs.size()) << what;
+    for (const auto& [name, a] : fresh.outputs) {
+      const Output& b = reused.outputs.at(name);
+      EXPECT_EQ(a.value.dtype, b.value.dtype) << what << " " << name;
+      EXPECT_EQ(a.value.shape, b.value.shape) << what << " " << name;
+      expect_same_output(a, b, what + " " + name);
+      EXPECT_EQ(a.certified, b.certified) << what << " " << name;
+    }
+    EXPECT_EQ(fresh.stats.elements, reused.stats.elements) << what;
+    EXPECT_EQ(fresh.stats.fast, reused.stats.fast) << what;
+    EXPECT_EQ(fresh.stats.slow, reused.stats.slow) << what;
+    EXPECT_EQ(fresh.stats.uncertified, reused.stats.uncertified) << what;
+  };
+  Result carried;  // each case evaluated into the leftovers of the one before
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    const Result fresh = evaluate(cases[k]);
+    for (std::size_t size : {std::size_t{3}, std::size_t{1000}}) {
+      Result poisoned;
+      for (const char* name : {"a", "b", "c", "d", "e"}) {
+        Output& o = poisoned.outputs[name];
+        o.value.data.assign(size, std::bit_cast<double>(std::uint64_t{0x7ff4dead0000beefu}));
+        o.f64.assign(size, -1e300);
+        o.certified.assign(size, 0x5a);
+      }
+      evaluate_into(cases[k], {}, poisoned);
+      expect_same(fresh, poisoned, "case " + std::to_string(k) + " poisoned " + std::to_string(size));
+    }
+    evaluate_into(cases[k], {}, carried);
+    expect_same(fresh, carried, "case " + std::to_string(k) + " carried");
+  }
 }
 
 }  // namespace
