@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "normcheck/fixtures/hdf5_io.hpp"
 #include "normcheck/reference/case.hpp"
 
 namespace normcheck::conf {
@@ -37,6 +38,8 @@ struct Capabilities {
   // the checker and the relations accept a zero within its allowance plus the output dtype's
   // smallest normal, and count it apart (OutputResult::flushed).
   bool flush_subnormal_outputs = false;
+  // The candidate returns no mean/rstd (candidate.h NC_CAP_NO_STATISTICS): they are not judged.
+  bool no_statistics = false;
   std::string device = "cpu";
 };
 
@@ -135,6 +138,10 @@ struct SpecOptions {
   std::string self_exe;  // path of the normcheck executable (for `worker` children)
 };
 std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptions& opt = {});
+
+// The case with only the outputs `caps` says the candidate computes (without mean and rstd for
+// Capabilities::no_statistics), or nullopt when that is every output of `fc`.
+std::optional<fix::FixtureCase> judged_outputs(const fix::FixtureCase& fc, const Capabilities& caps);
 
 // The outputs a case produces: name -> (dtype, shape), the same set the reference computes.
 struct OutputSpec {
