@@ -55,11 +55,19 @@ std::string worker_exe() {
   return fs::exists(beside, ec) ? beside.string() : std::string();
 }
 
+// The kind a bundled plugin is listed with. A library that aborts on inputs it accepts
+// (NC_CAP_ISOLATE: ggml) has recorded findings (docs/FINDINGS.md), so it is `external`: run by
+// `--builtins all` and by name, not by `--builtins correct`, whose candidates the main job holds
+// to conform, until known findings are kept as data beside it.
+CandidateKind kind_of(const nc_candidate& d) {
+  return d.flags & NC_CAP_ISOLATE ? CandidateKind::external : CandidateKind::correct;
+}
+
 std::unique_ptr<Candidate> make_from(const std::string& name, const std::string& path) {
   try {
     const plugin::Loaded loaded = plugin::load(path);
     if (loaded.descriptor->flags & NC_CAP_ISOLATE) {
-      CandidateInfo info = plugin::info_of(*loaded.descriptor, "builtin:" + name, CandidateKind::correct);
+      CandidateInfo info = plugin::info_of(*loaded.descriptor, "builtin:" + name, kind_of(*loaded.descriptor));
       const std::string exe = worker_exe();
       if (exe.empty())
         return plugin::make_declining(failed_info(name, "it must run isolated and no normcheck executable serves it"),
@@ -110,7 +118,7 @@ std::vector<BuiltinEntry> bundled_plugin_entries() {
     try {
       // Only the descriptor: init (which may start a GPU context) waits for make().
       const plugin::Loaded loaded = plugin::load(path);
-      info = plugin::info_of(*loaded.descriptor, "builtin:" + name, CandidateKind::correct);
+      info = plugin::info_of(*loaded.descriptor, "builtin:" + name, kind_of(*loaded.descriptor));
     } catch (const std::invalid_argument& e) {
       info = failed_info(name, e.what());
     }

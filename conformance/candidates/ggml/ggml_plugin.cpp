@@ -99,6 +99,10 @@ void fini(void* state) {
 void* init(char* err, size_t err_len) {
   auto* s = new State;
   const std::string dir = env_or("NORMCHECK_GGML_DIR", NC_GGML_LIB_DIR);
+  // A GGML_ABORT ends the process (the candidate runs isolated: NC_CAP_ISOLATE). Without a
+  // callback ggml first prints a backtrace by attaching gdb, seconds per crash: print the
+  // message only.
+  ggml_set_abort_callback([](const char* message) { std::fprintf(stderr, "ggml abort: %s\n", message); });
 #if NC_GGML_VULKAN
   // ggml skips CPU-type Vulkan devices (lavapipe's llvmpipe) unless they are named here.
   setenv("GGML_VK_VISIBLE_DEVICES", "0", 0);
@@ -148,13 +152,17 @@ void* init(char* err, size_t err_len) {
   s->what = std::string(ggml_backend_dev_name(s->dev)) + " (" + ggml_backend_dev_description(s->dev) + ")";
 #if !NC_GGML_VULKAN
   s->what += ", variant " + variant;
+#endif
   s->threads = std::atoi(env_or("NORMCHECK_GGML_THREADS", "1").c_str());
   if (s->threads < 1) s->threads = 1;
-  using set_threads_fn = void (*)(ggml_backend_t, int);
-  if (auto fn = reinterpret_cast<set_threads_fn>(ggml_backend_reg_get_proc_address(s->reg, "ggml_backend_set_n_threads")))
-    fn(s->backend, s->threads);
-#endif
   return s;
+}
+
+// The CPU backend's thread count (ggml's default is 4); the Vulkan backend has none.
+void set_threads(const State& s, ggml_backend_t backend) {
+  using set_threads_fn = void (*)(ggml_backend_t, int);
+  if (auto fn = reinterpret_cast<set_threads_fn>(ggml_backend_reg_get_proc_address(s.reg, "ggml_backend_set_n_threads")))
+    fn(backend, s.threads);
 }
 
 ggml_type type_of(std::int32_t dtype) {
@@ -174,7 +182,9 @@ struct Dim {
 // other dims into ne1..ne3 (innermost first), each group a run of dims, in the case's row-major
 // order, that every x-shaped input lays out as one strided dim. Dims of extent 1 are dropped.
 struct Grouping {
-  std::vector<std::vector<int>> groups;  // groups[0]: normalized dims; then row groups, innermost first
+  // groups[0]: the normalized dims; then the row groups, innermost group first. Each group lists
+  // its dims in the case's order (outer to inner), so its stride is that of its last dim.
+  std::vector<std::vector<int>> groups;
 };
 
 bool mergeable(const std::vector<const nc_tensor*>& ts, int outer, int inner) {
@@ -201,11 +211,11 @@ Grouping group_dims(const nc_case& c, const std::vector<const nc_tensor*>& ts, s
   std::vector<int> current;
   for (int d = c.rank - 1; d >= 0; --d) {
     if (norm[static_cast<std::size_t>(d)] || c.shape[d] == 1) continue;
-    if (!current.empty() && !mergeable(ts, d, current.back())) {
+    if (!current.empty() && !mergeable(ts, d, current.front())) {
       g.groups.push_back(current);
       current.clear();
     }
-    current.push_back(d);
+    current.insert(current.begin(), d);  // each group in the case's order, outer to inner
   }
   if (!current.empty()) g.groups.push_back(current);
   if (g.groups.size() > 4) {
@@ -233,6 +243,9 @@ struct Graph {
   ggml_backend_buffer_t buf = nullptr;
   ggml_gallocr_t galloc = nullptr;
   ggml_cgraph* gf = nullptr;
+  // A backend instance of its own: ggml-vulkan keeps per-instance state about the graphs it ran
+  // (it corrupted the heap when one instance ran graphs of freed contexts; README.md).
+  ggml_backend_t backend = nullptr;
   struct Input {
     const nc_tensor* host;
     ggml_tensor* base;
@@ -250,6 +263,7 @@ struct Graph {
     if (buf) ggml_backend_buffer_free(buf);
     if (ctx) ggml_free(ctx);
     if (ctx_in) ggml_free(ctx_in);
+    if (backend) ggml_backend_free(backend);
   }
 };
 
@@ -484,12 +498,15 @@ void run_case(State& s, const nc_case& c, const nc_named_tensor* ins, std::int32
               std::int32_t n_out) {
   Graph g;
   build(s, c, ins, n_in, g);
-  g.buf = ggml_backend_alloc_ctx_tensors(g.ctx_in, s.backend);
+  g.backend = ggml_backend_dev_init(s.dev, nullptr);
+  if (!g.backend) throw Failure{"ggml_backend_dev_init failed"};
+  set_threads(s, g.backend);
+  g.buf = ggml_backend_alloc_ctx_tensors(g.ctx_in, g.backend);
   if (!g.buf) throw Failure{"ggml_backend_alloc_ctx_tensors failed"};
   for (const auto& in : g.inputs) ggml_backend_tensor_set(in.base, in.host->data, 0, in.bytes);
-  g.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(s.backend));
+  g.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(g.backend));
   if (!ggml_gallocr_alloc_graph(g.galloc, g.gf)) throw Failure{"ggml_gallocr_alloc_graph failed"};
-  const ggml_status st = ggml_backend_graph_compute(s.backend, g.gf);
+  const ggml_status st = ggml_backend_graph_compute(g.backend, g.gf);
   if (st != GGML_STATUS_SUCCESS) throw Failure{"ggml_backend_graph_compute returned " + std::to_string(st)};
   const ph::Geometry geo = ph::geometry_of(c);
   for (auto& [name, t] : g.outputs) {
