@@ -318,28 +318,27 @@ std::size_t span_bytes(const nc_tensor& t) {
 }
 
 // A view of `base` with the dims (ext, stride) in ggml's order ne0..ne3: built in memory order
-// (ggml_view_4d, whose ne0 is dense) and permuted into place where that order differs.
+// (ggml_view_4d, whose ne0 is dense) and permuted into place where that order differs. Dims of
+// extent 1 keep their own place (a row of one element is the dense [1, rows], not a permute).
 ggml_tensor* view_of(ggml_context* ctx, ggml_tensor* base, const std::array<Dim, 4>& dims, std::string& why) {
-  std::array<int, 4> order{0, 1, 2, 3};  // memory order: by stride, extent-1 dims last
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const bool a1 = dims[a].ext == 1, b1 = dims[b].ext == 1;
-    if (a1 != b1) return b1;
-    return !a1 && dims[a].stride < dims[b].stride;
-  });
+  std::vector<int> wide;  // dims of extent > 1, by stride
+  for (int k = 0; k < 4; ++k)
+    if (dims[k].ext > 1) wide.push_back(k);
+  std::stable_sort(wide.begin(), wide.end(), [&](int a, int b) { return dims[a].stride < dims[b].stride; });
+  std::array<int, 4> order{};  // memory slot k holds ggml dim order[k]
+  for (int k = 0, w = 0; k < 4; ++k) order[k] = dims[k].ext == 1 ? k : wide[w++];
   const std::size_t es = ggml_type_size(base->type);
-  if (dims[order[0]].ext > 1 && dims[order[0]].stride != 1) {
-    why = "the innermost stride is " + std::to_string(dims[order[0]].stride) +
+  if (!wide.empty() && dims[wide[0]].stride != 1) {
+    why = "the innermost stride is " + std::to_string(dims[wide[0]].stride) +
           " elements: ggml views are dense in their first dim";
     return nullptr;
   }
   std::array<std::int64_t, 4> ne{};
   std::array<std::size_t, 4> nb{};
-  std::size_t next = es;
   for (int k = 0; k < 4; ++k) {
     const Dim& d = dims[order[k]];
     ne[k] = d.ext;
-    nb[k] = d.ext > 1 ? static_cast<std::size_t>(d.stride) * es : next;
-    next = std::max(next, nb[k] * static_cast<std::size_t>(ne[k]));
+    nb[k] = d.ext > 1 ? static_cast<std::size_t>(d.stride) * es : k == 0 ? es : nb[k - 1] * static_cast<std::size_t>(ne[k - 1]);
   }
   ggml_tensor* v = ggml_view_4d(ctx, base, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], 0);
   std::array<int, 4> pos{};
