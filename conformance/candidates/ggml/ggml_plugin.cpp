@@ -34,6 +34,7 @@
 
 #if NC_GGML_HAVE_HEADERS
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -130,7 +131,14 @@ void* init(char* err, size_t err_len) {
 #endif
   s->reg = ggml_backend_load(lib.c_str());
   if (!s->reg) {
-    std::snprintf(err, err_len, "ggml_backend_load(%s) failed (scripts/install-ggml.sh)", lib.c_str());
+    // ggml-vulkan's registration returns none when no Vulkan instance or device comes up.
+    if (NC_GGML_VULKAN && access(lib.c_str(), R_OK) == 0)
+      std::snprintf(err, err_len,
+                    "ggml's Vulkan backend has no device (ggml_backend_load(%s) returned none; Debian's "
+                    "mesa-vulkan-drivers gives the software one, lavapipe)",
+                    lib.c_str());
+    else
+      std::snprintf(err, err_len, "ggml_backend_load(%s) failed (scripts/install-ggml.sh)", lib.c_str());
     fini(s);
     return nullptr;
   }
