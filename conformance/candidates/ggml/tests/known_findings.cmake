@@ -10,6 +10,7 @@
 # changed: update the file). SKIP_REASON: every case UNSUPPORTED, some with a reason matching it
 # (ggml not installed, no Vulkan device), prints NORMCHECK-SKIP instead.
 cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/../../common/results_case.cmake)
 file(MAKE_DIRECTORY "${WORK_DIR}")
 if(NOT FIXTURES)
   set(FIXTURES "${WORK_DIR}/${TIER}.h5")
@@ -54,13 +55,7 @@ set(all_unsupported TRUE)
 set(skip_reason_seen FALSE)
 set(first_reason "")
 foreach(i RANGE ${last})
-  string(JSON id GET "${json}" cases ${i} case_id)
-  string(JSON verdict GET "${json}" cases ${i} verdict)
-  string(TOLOWER "${verdict}" verdict)
-  string(JSON why ERROR_VARIABLE no_message GET "${json}" cases ${i} message)
-  if(no_message)
-    set(why "")
-  endif()
+  normcheck_results_case(json i id verdict why)
   # Cases the declared capabilities exclude are declined before the plugin's init is asked, with
   # their own reason: a skip is every case UNSUPPORTED and the runtime's reason among them.
   if(NOT verdict STREQUAL "unsupported")
