@@ -17,6 +17,7 @@ packages=(
   python3-torch                                 # bundled candidate: the PyTorch adapter (CPU)
   nodejs libxml2-utils chromium                 # reports: Chart.js from npm, xmllint (JUnit schema), headless HTML test
   python3-onnx                                  # bundled candidates: ONNX Runtime (Node adapter, models by onnx.helper)
+  mesa-vulkan-drivers libvulkan1 vulkan-tools   # bundled candidate ggml-vulkan: Mesa's software Vulkan device (lavapipe)
 )
 
 missing=()
@@ -25,7 +26,8 @@ for p in "${packages[@]}"; do
 done
 
 # ONNX Runtime comes from npm (scripts/install-onnxruntime.sh); failing to get it is not fatal.
-trap '"$(dirname "${BASH_SOURCE[0]}")/install-onnxruntime.sh"' EXIT
+# So does ggml (scripts/install-ggml.sh: node-llama-cpp's prebuilt libraries and the headers).
+trap '"$(dirname "${BASH_SOURCE[0]}")/install-onnxruntime.sh"; "$(dirname "${BASH_SOURCE[0]}")/install-ggml.sh"' EXIT
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"

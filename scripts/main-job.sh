@@ -22,6 +22,13 @@ echo
 echo "=== mutants (each must be rejected: the suite's own mutation test)"
 "$normcheck" run --builtins mutants --expect-reject --fixtures "$out/smoke.h5" --json-dir "$out/results" --force
 echo
+echo "=== real libraries with recorded findings: each failure must be one (conformance/candidates/ggml/)"
+for c in builtin:ggml-cpu builtin:ggml-vulkan; do
+  cmake -DNORMCHECK="$normcheck" -DCANDIDATE="$c" -DFIXTURES="$out/smoke.h5" -DWORK_DIR="$out/results-known" \
+    -DKNOWN="$root/conformance/candidates/ggml/known_findings.json" -DSKIP_REASON="ggml is not installed|has no device|libggml|ggml_backend_load|ggml CPU variant" \
+    -P "$root/conformance/candidates/ggml/tests/known_findings.cmake"
+done
+echo
 echo "golden fixtures: $out/smoke.h5  (normcheck fixtures list $out/smoke.h5)"
 echo "results files:   $out/results/  (reports/RESULTS.md)"
 echo

@@ -182,8 +182,11 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
       return kExitBadInput;
     }
     for (const auto& e : conf::builtin_candidates()) {
-      const bool mutant = e.info.kind == conf::CandidateKind::mutant;
-      if (a.builtins == "all" || (a.builtins == "mutants") == mutant) specs.push_back(e.info.name);
+      // correct: the kernels held to conform; all adds the mutants and the external libraries
+      // with recorded findings (builtin:ggml-*: conformance/plugin/bundled_plugins.cpp).
+      const bool take = a.builtins == "all" || (a.builtins == "mutants" ? e.info.kind == conf::CandidateKind::mutant
+                                                                         : e.info.kind == conf::CandidateKind::correct);
+      if (take) specs.push_back(e.info.name);
     }
   }
   if (!offline && specs.empty()) {

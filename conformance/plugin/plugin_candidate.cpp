@@ -385,6 +385,7 @@ CandidateInfo info_of(const nc_candidate& d, std::string name, CandidateKind kin
   caps.weight_offset = d.flags & NC_CAP_WEIGHT_OFFSET;
   caps.batch_dependent_order = d.flags & NC_CAP_BATCH_DEPENDENT_ORDER;
   caps.flush_subnormal_outputs = d.flags & NC_CAP_FLUSH_SUBNORMAL_OUTPUTS;
+  caps.no_statistics = d.flags & NC_CAP_NO_STATISTICS;
   caps.device = d.device && *d.device ? d.device : "cpu";
   return info;
 }

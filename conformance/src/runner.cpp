@@ -230,10 +230,12 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
             res.message = *why;
           } else {
             const Outputs got = candidates[i]->run(fc.c);
-            res = check_case(fc, got, allow, check_options_of(candidates[i]->info().caps));
+            const auto judged = judged_outputs(fc, candidates[i]->info().caps);
+            const fix::FixtureCase& jc = judged ? *judged : fc;
+            res = check_case(jc, got, allow, check_options_of(candidates[i]->info().caps));
             if (opt.diagnose && res.verdict == Verdict::failed) {
               const auto d0 = std::chrono::steady_clock::now();
-              res.diagnosis = diagnose(fc, got, allow);
+              res.diagnosis = diagnose(jc, got, allow);
               res.diagnosed = true;
               diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
             }

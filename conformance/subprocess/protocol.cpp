@@ -275,6 +275,7 @@ json capabilities_json(const Capabilities& caps) {
           {"weight_offset", caps.weight_offset},
           {"batch_dependent_order", caps.batch_dependent_order},
           {"flush_subnormal_outputs", caps.flush_subnormal_outputs},
+          {"no_statistics", caps.no_statistics},
           {"device", caps.device}};
 }
 
@@ -301,6 +302,7 @@ Capabilities capabilities_from_json(const json& j) {
   flag("weight_offset", caps.weight_offset);
   flag("batch_dependent_order", caps.batch_dependent_order);
   flag("flush_subnormal_outputs", caps.flush_subnormal_outputs);
+  flag("no_statistics", caps.no_statistics);
   if (auto it = j.find("device"); it != j.end()) {
     if (!it->is_string()) throw ProtocolError("capabilities.device must be a string");
     caps.device = it->get<std::string>();

@@ -57,6 +57,7 @@ void relate(Context& ctx, const Side& l, const Side& r, const std::string& famil
   for (const auto& name : names) {
     const auto sp = specs.find(name);
     if (sp == specs.end()) continue;
+    if (is_stat(name) && ctx.cand.info().caps.no_statistics) continue;  // not returned (candidate.h)
     std::int64_t n = 1;
     for (auto d : sp->second.shape) n *= d;
     const ref::Tensor& tr = output_of(ctx, r.c, family, r.got, name, n);

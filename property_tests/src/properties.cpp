@@ -36,7 +36,8 @@ fix::FixtureCase reference_case(const ref::Case& c, const std::string& id) {
 
 conf::CaseResult agreement_of(const Context& ctx, const ref::Case& c, const conf::Outputs& got) {
   const auto fc = reference_case(c, "prop");
-  return conf::check_case(fc, got, conf::derive_allowances(c), conf::check_options_of(ctx.cand.info().caps));
+  const auto judged = conf::judged_outputs(fc, ctx.cand.info().caps);
+  return conf::check_case(judged ? *judged : fc, got, conf::derive_allowances(c), conf::check_options_of(ctx.cand.info().caps));
 }
 
 std::map<std::string, conf::OutputAllowance> allowances_of(const Context& ctx, const ref::Case& c,

@@ -81,6 +81,14 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
  * zero FAILS like any other wrong value. Subnormal inputs are still read as the values they are
  * (denormals-are-zero on inputs is not covered). Added within ABI version 1. */
 #define NC_CAP_FLUSH_SUBNORMAL_OUTPUTS 0x20u
+/* The kernel returns no statistics (mean, rstd): an op that keeps them inside, as ggml_norm and
+ * ggml_rms_norm do. Those outputs are then neither asked for nor judged (not MISSING); every
+ * other output is. Added within ABI version 1. */
+#define NC_CAP_NO_STATISTICS 0x40u
+/* The library may abort the process on inputs it accepts (a GGML_ABORT, an assert): a bundled
+ * plugin that sets it is always run out of process, in a `normcheck worker` child, so that such
+ * a case becomes CRASHED and the run goes on. Added within ABI version 1. */
+#define NC_CAP_ISOLATE 0x80u
 /* The plugin is an intended mutant: a deliberately faulty kernel of the library's own mutation
  * tests. It is listed and reported as a mutant ("rejected (as it must be)" / "NOT REJECTED"),
  * and `normcheck run --expect-reject` (the CMake helper's EXPECT_REJECT) exits 0 only when it is

@@ -281,6 +281,10 @@ TEST(Codec, FlushSubnormalOutputsCapability) {
   caps.flush_subnormal_outputs = true;
   EXPECT_TRUE(proto::capabilities_from_json(proto::capabilities_json(caps)).flush_subnormal_outputs);
   EXPECT_FALSE(proto::capabilities_from_json(proto::capabilities_json(Capabilities{})).flush_subnormal_outputs);
+  Capabilities no_stats;
+  no_stats.no_statistics = true;
+  EXPECT_TRUE(proto::capabilities_from_json(proto::capabilities_json(no_stats)).no_statistics);
+  EXPECT_FALSE(proto::capabilities_from_json(nlohmann::json::object()).no_statistics);
   EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"flush_subnormal_outputs", "yes"}}),
                proto::ProtocolError);
 }

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "normcheck/fixtures/hdf5_io.hpp"
 #include "normcheck/reference/case.hpp"
 #include "normcheck/reference/outputs.hpp"
 
@@ -38,6 +39,8 @@ struct Capabilities {
   // the checker and the relations accept a zero within its allowance plus the output dtype's
   // smallest normal, and count it apart (OutputResult::flushed).
   bool flush_subnormal_outputs = false;
+  // The candidate returns no mean/rstd (candidate.h NC_CAP_NO_STATISTICS): they are not judged.
+  bool no_statistics = false;
   std::string device = "cpu";
 };
 
@@ -162,5 +165,9 @@ std::unique_ptr<Candidate> make_unstarted_candidate(const std::string& spec, con
 // does not know candidates, so the mapping lives here.
 struct CheckOptions;
 CheckOptions check_options_of(const Capabilities& caps);
+
+// The case with only the outputs `caps` says the candidate computes (without mean and rstd for
+// Capabilities::no_statistics), or nullopt when that is every output of `fc`.
+std::optional<fix::FixtureCase> judged_outputs(const fix::FixtureCase& fc, const Capabilities& caps);
 
 }  // namespace normcheck::conf
