@@ -1,5 +1,5 @@
 // The bundled CPU candidates: three correct kernels (two-pass, Welford, pairwise) and the
-// mutants, each the two-pass kernel with one fault of shared/FAULTS.md. See README.md.
+// mutants, each the two-pass kernel with one fault real kernels shipped (README.md's table).
 #pragma once
 
 #include <string_view>

@@ -18,7 +18,7 @@ enum class Reduction : std::uint8_t {
   pairwise,  // recursive pairwise (tree) sums over sequential blocks of kPairwiseBase
 };
 
-// One fault of shared/FAULTS.md, applied to the two-pass kernel (welford_merge to Welford's).
+// One fault real kernels shipped (README.md's table), applied to the two-pass kernel (welford_merge to Welford's).
 // `none` is the correct kernel. The comment names the faulty line; the candidate table in
 // cpu_candidates.cpp gives each its description and public issue.
 enum class Fault : std::uint8_t {
