@@ -11,8 +11,8 @@
 // dialect; the smoke tier measures 98.3 % and 99.6 %, DIAGNOSIS.md), a passing case carries a
 // diagnosis, a FAILED one has none, or a correct kernel fails. Times are printed, not asserted (CI machines are shared).
 //
-// The planted fault of each mutant is named below by the dialect(s) that describe it, written
-// from the mutant's fault text (its `fault` metadata), not from its code.
+// The planted fault of each mutant is named by the fault catalogue (normcheck/judge/faults.hpp):
+// the mutant names its fault id, and the catalogue the dialects that name that fault.
 #include <fmt/core.h>
 #include <fnmatch.h>
 
@@ -28,6 +28,7 @@
 #include "normcheck/conformance/candidate.hpp"
 #include "normcheck/judge/checker.hpp"
 #include "normcheck/judge/diagnosis.hpp"
+#include "normcheck/judge/faults.hpp"
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/judge/tolerance.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
@@ -36,41 +37,11 @@ using namespace normcheck;
 
 namespace {
 
-// Mutant -> the dialects that name its planted fault. Empty: the panel has no dialect for it.
-const std::map<std::string, std::set<std::string>>& planted() {
-  static const std::map<std::string, std::set<std::string>> m{
-      {"mut_eps_outside_sqrt", {"eps_outside_sqrt"}},
-      {"mut_eps_in_denominator", {"eps_in_count"}},
-      {"mut_eps_hardcoded", {"eps_other_value"}},
-      {"mut_eps_dropped", {"eps_missing"}},
-      // eps rounded to float16: 1e-12 underflows to 0, which is eps_missing on that case.
-      {"mut_eps_fp16", {"eps_fp16", "eps_missing"}},
-      {"mut_one_pass_variance", {"one_pass_variance_fp32", "one_pass_variance_fp16", "one_pass_variance_fp64"}},
-      {"mut_unbiased_variance", {"unbiased_variance"}},
-      {"mut_padding_lanes", {"padding_lanes"}},
-      {"mut_fp16_accumulation", {"low_precision_accumulation_fp16"}},
-      {"mut_welford_merge", {"stats_merged_equal_weights"}},
-      {"mut_wrong_axis", {"stats_all_but_batch"}},
-      {"mut_last_dim_only", {"stats_last_dim_only"}},
-      {"mut_rms_centred", {"rms_centred"}},
-      {"mut_weight_not_broadcast", {"weight_not_broadcast"}},
-      // The contract's x-hat rounding skipped: a skipped point, or the contract without it.
-      {"mut_weight_before_downcast", {"contract_point_skipped", "other_contract"}},
-      {"mut_offset_in_param_dtype", {"scale_rounded_to_param", "other_contract"}},
-      {"mut_rstd_bf16", {"rstd_rounded_bf16"}},
-      {"mut_h_kept_unrounded", {"contract_point_skipped", "other_contract"}},
-      {"mut_fused_add_rounds_h", {"h_rounded_to_input_dtype"}},
-      {"mut_residual_out_missing_bias", {"residual_out_missing_bias"}},
-      {"mut_residual_out_overwritten", {"residual_out_holds_xhat", "residual_out_holds_y"}},
-      {"mut_pre_ln_residual_after_norm", {"block_pre_residual_after_norm"}},
-      {"mut_deepnorm_alpha_on_f", {"block_deepnorm_alpha_on_f"}},
-      {"mut_post_ln_double_norm", {"block_post_double_norm"}},
-      {"mut_dweight_bf16_reduction", {"column_sums_bf16"}},
-      {"mut_dweight_warp_width", {"column_sums_columns_dropped"}},
-      {"mut_dgamma_wrong_index", {"dweight_wrong_lane_params"}},
-      {"mut_rows_beyond_grid_limit", {"rows_not_computed"}},
-  };
-  return m;
+// The dialects that name a mutant's planted fault: the catalogue's (its fault id is the
+// mutant's metadata, not read from its code). Empty: the panel has no dialect for it.
+std::set<std::string> planted(const conf::CandidateInfo& mutant) {
+  const auto d = conf::dialects_naming(mutant.fault_id);
+  return {d.begin(), d.end()};
 }
 
 struct Tally {
@@ -110,6 +81,9 @@ int main(int argc, char** argv) {
   for (const auto& e : conf::builtin_candidates())
     if (e.info.name.rfind("builtin:cpu_", 0) == 0 || e.info.name.rfind("builtin:mut_", 0) == 0)
       cands.push_back(&e);
+  std::map<std::string, std::set<std::string>> want_of;  // mutant (after "builtin:") -> dialects
+  for (const auto* e : cands)
+    if (e->info.kind == conf::CandidateKind::mutant) want_of[e->info.name.substr(8)] = planted(e->info);
 
   fix::FixtureReader reader(path);
   std::map<std::string, Tally> per_mutant;
@@ -151,7 +125,7 @@ int main(int argc, char** argv) {
         worst_ratio = td / tc;
         worst_ratio_case = name + " " + id;
       }
-      const auto& want = planted().at(name);
+      const auto& want = want_of.at(name);
       int rank = 0;
       for (std::size_t i = 0; i < d.size() && !rank; ++i) {
         if (want.count(d[i].dialect)) rank = static_cast<int>(i) + 1;
@@ -206,7 +180,7 @@ int main(int argc, char** argv) {
   for (const auto& [name, t] : per_mutant)
     fmt::print("{:<32} {:>7} {:>6} {:>6} {:>9}\n", name, t.failing, t.top1, t.top3, t.explained);
   std::set<std::string> silent;
-  for (const auto& [name, want] : planted())
+  for (const auto& [name, want] : want_of)
     if (!per_mutant.count(name)) silent.insert(name);
   for (const auto& s : silent) fmt::print("{:<32} {:>7}   (no FAILED case in this tier)\n", s, 0);
   const double top1 = total.failing ? 100.0 * total.top1 / total.failing : 0;
@@ -214,7 +188,7 @@ int main(int argc, char** argv) {
   int mut_top1 = 0, mut_top3 = 0;
   int represented = 0;
   for (const auto& [name, t] : per_mutant) {
-    if (planted().at(name).empty()) continue;
+    if (want_of.at(name).empty()) continue;
     ++represented;
     mut_top1 += 2 * t.top1 > t.failing;  // planted fault top-ranked on most of its failing cases
     mut_top3 += t.top3 == t.failing;

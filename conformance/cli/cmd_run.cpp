@@ -76,6 +76,7 @@ int run_list(const RunArgs& a) {
                                   {"description", e.info.description},
                                   {"capabilities", caps}};
       if (e.info.kind == conf::CandidateKind::mutant) {
+        if (!e.info.fault_id.empty()) item["fault_id"] = e.info.fault_id;
         item["fault_class"] = e.info.fault_class;
         item["fault"] = e.info.fault;
       }

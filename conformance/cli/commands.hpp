@@ -49,6 +49,8 @@ int write_report(const ReportFlags& flags, const std::vector<std::pair<std::stri
 int check_report_targets(const ReportFlags& flags, bool force);
 // prop (property_tests/); argv_all as for run.
 Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all);
+// faults: the fault catalogue (text, markdown, json).
+Runner add_faults_command(CLI::App& app);
 // study placement (conformance/study/); argv_all as for run.
 Runner add_study_command(CLI::App& app, std::vector<std::string>& argv_all);
 

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   normcheck::cli::Runner run_audit = normcheck::cli::add_audit_command(app, args);
   normcheck::cli::Runner run_prop = normcheck::cli::add_prop_command(app, args);
   normcheck::cli::Runner run_study = normcheck::cli::add_study_command(app, args);
+  normcheck::cli::Runner run_faults = normcheck::cli::add_faults_command(app);
 
   try {
     app.parse(argc, argv);
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("audit")) return run_audit();
     if (app.got_subcommand("prop")) return run_prop();
     if (app.got_subcommand("study")) return run_study();
+    if (app.got_subcommand("faults")) return run_faults();
     for (const char* name : {"candidates", "run", "check"})
       if (app.got_subcommand(name)) return run_harness();
   } catch (const std::exception& e) {

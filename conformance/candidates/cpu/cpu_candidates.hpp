@@ -1,5 +1,5 @@
 // The bundled CPU candidates: three correct kernels (two-pass, Welford, pairwise) and the
-// mutants, each the two-pass kernel with one fault real kernels shipped (README.md's table).
+// mutants, each the two-pass kernel with one fault of the fault catalogue (docs/FAULTS.md).
 #pragma once
 
 #include <string_view>
@@ -14,9 +14,7 @@ namespace normcheck::conf::cpu {
 struct CpuSpec {
   std::string_view name;  // after "builtin:"
   Reduction reduction;
-  Fault fault;                   // Fault::none for the correct kernels
-  std::string_view fault_class;  // "A" .. "G"; empty for the correct kernels
-  std::string_view fault_text;   // the fault in one line, with its public issue
+  Fault fault;  // Fault::none for the correct kernels; a mutant's name is mut_<its catalogue id>
 };
 const std::vector<CpuSpec>& cpu_specs();
 

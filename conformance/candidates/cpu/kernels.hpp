@@ -18,9 +18,9 @@ enum class Reduction : std::uint8_t {
   pairwise,  // recursive pairwise (tree) sums over sequential blocks of kPairwiseBase
 };
 
-// One fault real kernels shipped (README.md's table), applied to the two-pass kernel (welford_merge to Welford's).
-// `none` is the correct kernel. The comment names the faulty line; the candidate table in
-// cpu_candidates.cpp gives each its description and public issue.
+// One fault real kernels shipped, applied to the two-pass kernel (welford_merge to Welford's).
+// `none` is the correct kernel. The comment names the faulty line; each value is named like its
+// id in the fault catalogue (normcheck/judge/faults.hpp), which gives its description and issues.
 enum class Fault : std::uint8_t {
   none,
   // A. Epsilon

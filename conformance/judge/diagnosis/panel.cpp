@@ -1,11 +1,16 @@
 #include "panel.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <map>
 #include <optional>
-#include <tuple>
+#include <stdexcept>
 #include <utility>
 
+#include "normcheck/judge/faults.hpp"
 #include "normcheck/reference/contract.hpp"
 
 namespace normcheck::conf::diag {
@@ -116,443 +121,359 @@ std::optional<std::pair<std::int64_t, double>> unwritten_rows(const Ctx& x) {
 
 using K = Knobs;
 
-// Adds one dialect to the panel being built.
-struct Add {
-  std::vector<Dialect>& v;
-  void operator()(const char* name, const char* cls, const char* title,
-                  std::function<std::vector<Variant>(const Ctx&)> f) const {
-    v.push_back(Dialect{{name, cls, title}, std::move(f)});
-  }
+// ---- the conditions under which a dialect applies ----------------------------------------------
+
+// A row applies when every condition of its `when` holds for the case (0: always).
+enum When : std::uint32_t {
+  centred = 1u << 0,           // the statistics subtract the mean (LayerNorm, or the spec's centring)
+  is_rmsnorm = 1u << 1,
+  is_layernorm = 1u << 2,
+  affine = 1u << 3,            // a weight
+  weight_and_bias = 1u << 4,
+  residual = 1u << 5,          // a fused residual add
+  residual_bias = 1u << 6,     // add_bias
+  forward = 1u << 7,
+  backward = 1u << 8,
+  rstd_output = 1u << 9,       // the case has an rstd output
+  residual_output = 1u << 10,  // the case has a residual_out output
+  alpha_not_1 = 1u << 11,
+  offset = 1u << 12,           // weight_offset != 0
+  no_offset = 1u << 13,
+  eps_not_0 = 1u << 14,
+  no_block = 1u << 15,
+  pre_block = 1u << 16,
+  post_block = 1u << 17,
+  deepnorm_block = 1u << 18,
+  computes_f64 = 1u << 19,     // dtype_compute is float64
 };
 
-// A. Epsilon
-void add_epsilon_dialects(const Add& add) {
-  add("eps_outside_sqrt", "A", "eps added outside the sqrt: 1/(sigma + eps)", [](const Ctx& x) {
-    K k = x.spec;
-    k.eps_place = EpsPlace::outside_sqrt;
-    return one(k);
-  });
-  add("eps_missing", "A", "eps left out (0)", [](const Ctx& x) -> std::vector<Variant> {
-    if (x.c.epsilon == 0) return {};
-    K k = x.spec;
-    k.eps = 0;
-    return one(k);
-  });
-  add("eps_in_count", "A", "eps added to the count: rsqrt(sum / (N + eps))", [](const Ctx& x) {
-    K k = x.spec;
-    k.eps_place = EpsPlace::in_count;
-    return one(k);
-  });
-  add("eps_fp16", "A", "eps rounded to float16 before use", [](const Ctx& x) -> std::vector<Variant> {
-    const double e = ref::round_to(x.c.epsilon, DType::float16);
-    if (e == x.c.epsilon || e == 0) return {};  // 0: that is eps_missing
+bool holds(std::uint32_t when, const Ctx& x) {
+  const auto& c = x.c;
+  const std::pair<When, bool> tests[] = {
+      {centred, x.spec.centre},
+      {is_rmsnorm, c.op == ref::Op::rmsnorm},
+      {is_layernorm, c.op == ref::Op::layernorm},
+      {affine, c.affine != ref::Affine::none},
+      {weight_and_bias, c.affine == ref::Affine::weight_bias},
+      {residual, c.residual != ref::Residual::none},
+      {residual_bias, c.residual == ref::Residual::add_bias},
+      {forward, c.direction == ref::Direction::forward},
+      {backward, c.direction == ref::Direction::backward},
+      {rstd_output, has_output(x, "rstd")},
+      {residual_output, has_output(x, "residual_out")},
+      {alpha_not_1, c.alpha != 1},
+      {offset, c.weight_offset != 0},
+      {no_offset, c.weight_offset == 0},
+      {eps_not_0, c.epsilon != 0},
+      {no_block, c.block == ref::Block::none},
+      {pre_block, c.block == ref::Block::pre},
+      {post_block, c.block == ref::Block::post},
+      {deepnorm_block, c.block == ref::Block::deepnorm},
+      {computes_f64, c.dtype_compute == DType::float64},
+  };
+  for (auto [bit, ok] : tests)
+    if ((when & bit) && !ok) return false;
+  return true;
+}
+
+// ---- the dialects whose variants are fitted or enumerated -------------------------------------
+
+// eps rounded to float16, where that changes it and is not 0 (0 is eps_missing).
+std::vector<Variant> eps_fp16_variants(const Ctx& x) {
+  const double e = ref::round_to(x.c.epsilon, DType::float16);
+  if (e == x.c.epsilon || e == 0) return {};
+  K k = x.spec;
+  k.eps = e;
+  return {Variant{k, {{"epsilon", e}}}};
+}
+
+// eps fitted from the outputs; backward, or with nothing to fit, the values models are
+// configured with.
+std::vector<Variant> eps_other_value_variants(const Ctx& x) {
+  std::vector<Variant> out;
+  std::vector<double> values = fit_epsilon(x);
+  if (values.empty())
+    for (double e : {1e-12, 1e-8, 1e-6, 1e-5, 1e-3})
+      if (e != x.c.epsilon) values.push_back(e);
+  for (double e : values) {
     K k = x.spec;
     k.eps = e;
-    return {Variant{k, {{"epsilon", e}}}};
-  });
-  add("eps_other_value", "A", "another eps value than the case's (fitted from the outputs)",
-      [](const Ctx& x) {
-        std::vector<Variant> out;
-        std::vector<double> values = fit_epsilon(x);
-        if (values.empty())  // backward, or nothing to fit: the values models are configured with
-          for (double e : {1e-12, 1e-8, 1e-6, 1e-5, 1e-3})
-            if (e != x.c.epsilon) values.push_back(e);
-        for (double e : values) {
-          K k = x.spec;
-          k.eps = e;
-          out.push_back(Variant{k, {{"epsilon", e}}});
-        }
-        return out;
-      });
-}
-
-// B. Variance and reductions
-void add_variance_dialects(const Add& add) {
-  add("unbiased_variance", "B", "unbiased variance: sum((h - mean)^2) / (N - 1)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (!x.spec.centre) return {};
-        K k = x.spec;
-        k.unbiased = true;
-        return one(k);
-      });
-  add("eps_outside_sqrt_unbiased", "A", "eps outside the sqrt of the unbiased (N-1) variance: 1/(s + eps)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (!x.spec.centre) return {};
-        K k = x.spec;
-        k.eps_place = EpsPlace::outside_sqrt;
-        k.unbiased = true;
-        return one(k);
-      });
-  for (auto [name, t, title] : {std::tuple{"one_pass_variance_fp32", DType::float32,
-                                           "one-pass variance E[h^2] - E[h]^2 in float32"},
-                                std::tuple{"one_pass_variance_fp16", DType::float16,
-                                           "one-pass variance E[h^2] - E[h]^2 in float16"},
-                                std::tuple{"one_pass_variance_fp64", DType::float64,
-                                           "one-pass variance E[h^2] - E[h]^2 in float64"}}) {
-    add(name, "B", title, [t](const Ctx& x) -> std::vector<Variant> {
-      if (!x.spec.centre) return {};
-      // In float64 only where the case computes in float64 (elsewhere it is the float32 one's
-      // cancellation, far smaller).
-      if (t == DType::float64 && x.c.dtype_compute != DType::float64) return {};
-      K k = x.spec;
-      k.arith = StatArith::one_pass;
-      k.arith_dtype = t;
-      return one(k);
-    });
+    out.push_back(Variant{k, {{"epsilon", e}}});
   }
-  for (auto [name, t, title] :
-       {std::tuple{"low_precision_accumulation_fp16", DType::float16, "row sums accumulated in float16"},
-        std::tuple{"low_precision_accumulation_bf16", DType::bfloat16,
-                   "row sums accumulated in bfloat16"}}) {
-    add(name, "B", title, [t](const Ctx& x) {
-      K k = x.spec;
-      k.arith = StatArith::accumulate;
-      k.arith_dtype = t;
-      return one(k);
-    });
+  return out;
+}
+
+// The statistics over other dims than the case's, where those differ from its own.
+std::vector<Variant> stats_over(const Ctx& x, std::vector<std::int64_t> d) {
+  if (d == x.g.norm_dims) return {};
+  K k = x.spec;
+  k.stat_dims = std::move(d);
+  return one(k);
+}
+
+std::vector<Variant> stats_all_but_batch_variants(const Ctx& x) {
+  const auto rank = static_cast<std::int64_t>(x.g.shape.size());
+  if (rank < 3) return {};
+  std::vector<std::int64_t> d;
+  for (std::int64_t i = 1; i < rank; ++i) d.push_back(i);
+  return stats_over(x, std::move(d));
+}
+
+std::vector<Variant> stats_last_dim_only_variants(const Ctx& x) {
+  return stats_over(x, {static_cast<std::int64_t>(x.g.shape.size()) - 1});
+}
+
+// Each rounding point of the case's contract left out in turn.
+std::vector<Variant> contract_point_skipped_variants(const Ctx& x) {
+  std::vector<Variant> out;
+  for (int p = 0; p < 4; ++p) {
+    K k = x.spec;
+    std::optional<DType>* slot[] = {&k.pts.h, &k.pts.xhat, &k.pts.scale, &k.pts.mul};
+    if (!*slot[p]) continue;
+    *slot[p] = std::nullopt;
+    out.push_back(Variant{k, {{"point", static_cast<double>(p)}}});
   }
-  add("padding_lanes", "B",
-      "padding lanes counted: variance over the next power of two lanes, zeros loaded",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (!x.spec.centre) return {};
-        K k = x.spec;
-        k.pad_lanes = true;
-        return {Variant{
-            k, {{"lanes", static_cast<double>(std::bit_ceil(static_cast<std::uint64_t>(x.g.cols)))}}}};
-      });
-  add("stats_merged_equal_weights", "B",
-      "parallel statistics merged wrongly: two half-row partials merged with equal weights",
-      [](const Ctx& x) {
-        K k = x.spec;
-        k.arith = StatArith::merge_halves;
-        return one(k);
-      });
-  add("rstd_holds_std", "B", "rstd output holds the standard deviation sqrt(var + eps)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (!has_output(x, "rstd")) return {};
-        K k = x.spec;
-        k.rstd_out = RstdOut::std_dev;
-        return one(k);
-      });
-  add("rstd_holds_variance", "B", "rstd output holds the variance",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (!has_output(x, "rstd")) return {};
-        K k = x.spec;
-        k.rstd_out = RstdOut::variance;
-        return one(k);
-      });
+  return out;
 }
 
-// C. Axis and shape
-void add_axis_dialects(const Add& add) {
-  add("stats_all_but_batch", "C",
-      "statistics over every dim but the first (normalized_shape as 'all but batch')",
-      [](const Ctx& x) -> std::vector<Variant> {
-        const auto rank = static_cast<std::int64_t>(x.g.shape.size());
-        if (rank < 3) return {};
-        std::vector<std::int64_t> d;
-        for (std::int64_t i = 1; i < rank; ++i) d.push_back(i);
-        if (d == x.g.norm_dims) return {};
-        K k = x.spec;
-        k.stat_dims = d;
-        return one(k);
-      });
-  add("stats_last_dim_only", "C", "statistics over the last dim only (axis not honoured)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        const auto rank = static_cast<std::int64_t>(x.g.shape.size());
-        const std::vector<std::int64_t> d{rank - 1};
-        if (d == x.g.norm_dims) return {};
-        K k = x.spec;
-        k.stat_dims = d;
-        return one(k);
-      });
-  add("rms_centred", "C", "RMSNorm computed with mean centring (a LayerNorm)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.op != ref::Op::rmsnorm) return {};
-        K k = x.spec;
-        k.centre = true;
-        return one(k);
-      });
-  add("layernorm_uncentred", "C", "LayerNorm computed without mean centring (an RMSNorm)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.op != ref::Op::layernorm) return {};
-        K k = x.spec;
-        k.centre = false;
-        return one(k);
-      });
-  add("weight_not_broadcast", "C",
-      "weight/bias laid along x's memory order instead of broadcast over the normalized dims",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.affine == ref::Affine::none) return {};
-        K k = x.spec;
-        k.weight_flat_index = true;
-        return one(k);
-      });
+// The rounding points of each built-in contract for the case's dtypes.
+std::vector<Variant> other_contract_variants(const Ctx& x) {
+  std::vector<Variant> out;
+  for (std::size_t ci = 0; ci < ref::builtin_contracts().size(); ++ci) {
+    ref::Case cc;
+    cc.contract = ref::builtin_contracts()[ci].name;
+    cc.dtype_x = x.c.dtype_x;
+    cc.dtype_param = x.c.dtype_param;
+    cc.dtype_out = x.c.dtype_out;
+    cc.dtype_compute = x.c.dtype_compute;
+    cc.dtype_residual = x.c.dtype_residual;
+    K k = x.spec;
+    k.pts = ref::resolve_points(cc);
+    out.push_back(Variant{k, {{"contract", static_cast<double>(ci)}}});
+  }
+  return out;
 }
 
-// D. Mixed precision
-void add_precision_dialects(const Add& add) {
-  add("contract_point_skipped", "D", "a rounding point of the contract skipped", [](const Ctx& x) {
-    std::vector<Variant> out;
-    for (int p = 0; p < 4; ++p) {
-      K k = x.spec;
-      std::optional<DType>* slot[] = {&k.pts.h, &k.pts.xhat, &k.pts.scale, &k.pts.mul};
-      if (!*slot[p]) continue;
-      *slot[p] = std::nullopt;
-      out.push_back(Variant{k, {{"point", static_cast<double>(p)}}});
-    }
-    return out;
-  });
-  add("other_contract", "D", "another precision contract (rounding points)", [](const Ctx& x) {
-    std::vector<Variant> out;
-    for (std::size_t ci = 0; ci < ref::builtin_contracts().size(); ++ci) {
-      ref::Case cc;
-      cc.contract = ref::builtin_contracts()[ci].name;
-      cc.dtype_x = x.c.dtype_x;
-      cc.dtype_param = x.c.dtype_param;
-      cc.dtype_out = x.c.dtype_out;
-      cc.dtype_compute = x.c.dtype_compute;
-      cc.dtype_residual = x.c.dtype_residual;
-      K k = x.spec;
-      k.pts = ref::resolve_points(cc);
-      out.push_back(Variant{k, {{"contract", static_cast<double>(ci)}}});
-    }
-    return out;
-  });
-  add("scale_rounded_to_param", "D", "offset + weight rounded to the weight dtype before the multiply",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.affine == ref::Affine::none) return {};
-        K k = x.spec;
-        k.pts.scale = x.c.dtype_param;
-        return one(k);
-      });
-  for (auto [name, t, title] :
-       {std::tuple{"rstd_rounded_bf16", DType::bfloat16, "rstd rounded to bfloat16 before the multiply"},
-        std::tuple{"rstd_rounded_fp16", DType::float16, "rstd rounded to float16 before the multiply"}}) {
-    add(name, "D", title, [t](const Ctx& x) {
-      // The rstd output may hold the rounded value or the one before it.
-      std::vector<Variant> out;
-      for (bool unrounded : {false, true}) {
-        K k = x.spec;
-        k.rstd_round = t;
-        k.rstd_out_unrounded = unrounded;
-        out.push_back(Variant{k, {}});
+// rstd rounded to T before the multiply; the rstd output holds the rounded value or the one
+// before it (both variants).
+template <DType T>
+std::vector<Variant> rstd_rounded_variants(const Ctx& x) {
+  std::vector<Variant> out;
+  for (bool unrounded : {false, true}) {
+    K k = x.spec;
+    k.rstd_round = T;
+    k.rstd_out_unrounded = unrounded;
+    out.push_back(Variant{k, {}});
+  }
+  return out;
+}
+
+// Rows from the first unwritten one on not computed (fitted: the outputs say which).
+std::vector<Variant> rows_not_computed_variants(const Ctx& x) {
+  const auto u = unwritten_rows(x);
+  if (!u) return {};
+  K k = x.spec;
+  k.rows_limit = u->first;
+  k.unwritten = u->second;
+  return {Variant{k, {{"first_row_not_computed", static_cast<double>(u->first)}}}};
+}
+
+// The column sums the candidate left at 0 where the certified ones are not (fitted).
+std::vector<Variant> columns_dropped_variants(const Ctx& x) {
+  K k = x.spec;
+  double dropped = 0;
+  for (const char* name : {"dweight", "dbias", "dresidual_bias"}) {
+    const auto e = x.fc.expected.find(name);
+    const auto gt = x.got.find(name);
+    if (e == x.fc.expected.end() || gt == x.got.end() || gt->second.data.size() != e->second.f64.size())
+      continue;
+    std::vector<std::uint8_t> mask(e->second.f64.size(), 0);
+    bool any = false;
+    for (std::size_t j = 0; j < mask.size(); ++j)
+      if (gt->second.data[j] == 0 && e->second.f64[j] != 0) {
+        mask[j] = 1;
+        any = true;
+        dropped += 1;
       }
-      return out;
-    });
+    if (any) k.zero_cols[name] = std::move(mask);
   }
+  if (k.zero_cols.empty()) return {};
+  return {Variant{k, {{"columns_dropped", dropped}}}};
 }
 
-// E. Residual and placement
-void add_residual_dialects(const Add& add) {
-  add("residual_not_added", "E", "residual not added before the norm",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.residual == ref::Residual::none) return {};
-        K k = x.spec;
-        k.res = ResMode::not_added;
-        return one(k);
-      });
-  add("residual_after_norm", "E", "residual added after the norm: y = Norm(x) + residual",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.residual == ref::Residual::none || x.c.direction != ref::Direction::forward) return {};
-        K k = x.spec;
-        k.res = ResMode::after_norm;
-        return one(k);
-      });
-  add("alpha_on_residual", "E", "alpha applied to the residual instead of x: h = x + alpha residual",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.residual == ref::Residual::none || x.c.alpha == 1) return {};
-        K k = x.spec;
-        k.res = ResMode::alpha_on_residual;
-        return one(k);
-      });
-  add("h_rounded_to_input_dtype", "E", "h = x + residual rounded to the input dtype before the statistics",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.residual == ref::Residual::none) return {};
-        K k = x.spec;
-        k.h_round_x = true;
-        return one(k);
-      });
-  add("residual_out_missing_bias", "E", "residual_out written without residual_bias",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.residual != ref::Residual::add_bias || !has_output(x, "residual_out")) return {};
-        K k = x.spec;
-        k.res_out = ResOut::missing_bias;
-        return one(k);
-      });
-  add("residual_out_holds_y", "E", "residual_out overwritten with the norm's output y",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (!has_output(x, "residual_out")) return {};
-        K k = x.spec;
-        k.res_out = ResOut::holds_y;
-        return one(k);
-      });
-  add("residual_out_holds_xhat", "E", "residual_out overwritten with x-hat (normalized in place)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (!has_output(x, "residual_out")) return {};
-        K k = x.spec;
-        k.res_out = ResOut::holds_xhat;
-        return one(k);
-      });
-}
+// ---- the panel ---------------------------------------------------------------------------------
 
-// F. Parameters (checkpoint conventions)
-void add_parameters_dialects(const Add& add) {
-  add("weight_missing", "F", "weight not applied", [](const Ctx& x) -> std::vector<Variant> {
-    if (x.c.affine == ref::Affine::none) return {};
-    K k = x.spec;
-    k.weight = WeightMode::missing;
-    return one(k);
-  });
-  add("bias_missing", "F", "bias not added", [](const Ctx& x) -> std::vector<Variant> {
-    if (x.c.affine != ref::Affine::weight_bias) return {};
-    K k = x.spec;
-    k.bias_missing = true;
-    return one(k);
-  });
-  add("weight_bias_swapped", "F", "weight and bias swapped", [](const Ctx& x) -> std::vector<Variant> {
-    if (x.c.affine != ref::Affine::weight_bias) return {};
-    K k = x.spec;
-    k.weight = WeightMode::swapped;
-    return one(k);
-  });
-  add("bias_before_weight", "F", "bias added before the weight multiply: (x-hat + bias) * weight",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.affine != ref::Affine::weight_bias) return {};
-        K k = x.spec;
-        k.weight = WeightMode::bias_first;
-        return one(k);
-      });
-  add("offset_missing", "F", "weight offset (1 + w) left out", [](const Ctx& x) -> std::vector<Variant> {
-    if (x.c.affine == ref::Affine::none || x.c.weight_offset == 0) return {};
-    K k = x.spec;
-    k.offset = 0;
-    return one(k);
-  });
-  add("offset_doubled", "F", "weight offset applied twice (scale offset + offset + w)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.affine == ref::Affine::none || x.c.weight_offset == 0) return {};
-        K k = x.spec;
-        k.offset = 2 * x.c.weight_offset;
-        return one(k);
-      });
-  add("offset_spurious", "F", "a weight offset 1 + w applied to weights that hold the scale",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.affine == ref::Affine::none || x.c.weight_offset != 0) return {};
-        K k = x.spec;
-        k.offset = 1;
-        return one(k);
-      });
-}
+using Change = void (*)(K&, const Ctx&);
+using Parameters = std::map<std::string, double> (*)(const Ctx&);
+using Variants = std::vector<Variant> (*)(const Ctx&);
 
-// E. Placement in residual blocks
-void add_blocks_dialects(const Add& add) {
-  add("block_pre_residual_after_norm", "E",
-      "Pre-LN residual taken after the norm: u' = Norm(u) + F(Norm(u))",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.block != ref::Block::pre) return {};
-        K k = x.spec;
-        k.block = BlockMode::pre_residual_after_norm;
-        return one(k);
-      });
-  add("block_deepnorm_alpha_on_f", "E", "DeepNorm alpha applied to the sublayer: Norm(u + alpha F(u))",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.block != ref::Block::deepnorm || x.c.alpha == 1) return {};
-        K k = x.spec;
-        k.block = BlockMode::deepnorm_alpha_on_f;
-        return one(k);
-      });
-  add("block_post_double_norm", "E", "Post-LN output normalized again by an extra (non-affine) norm",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.block != ref::Block::post) return {};
-        K k = x.spec;
-        k.block = BlockMode::post_double_norm;
-        return one(k);
-      });
-}
+// One dialect. A simple one changes its knobs (`change`) where `when` holds, and may report
+// parameters it derives from the case; a fitted or enumerated one gives its variants itself
+// (`variants`, after `when`). Its class is its fault's, from the catalogue.
+struct Row {
+  const char* name;
+  const char* fault;  // the catalogue's id
+  std::uint32_t when;
+  const char* title;
+  Change change = nullptr;
+  Parameters parameters = nullptr;
+  Variants variants = nullptr;
+};
 
-// G. Backward and launch limits
-void add_backward_dialects(const Add& add) {
-  add("rows_not_computed", "G", "rows from a limit on never computed (launch grid limit)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        const auto u = unwritten_rows(x);
-        if (!u) return {};
-        K k = x.spec;
-        k.rows_limit = u->first;
-        k.unwritten = u->second;
-        return {Variant{k, {{"first_row_not_computed", static_cast<double>(u->first)}}}};
-      });
-  add("dx_without_mean_term", "G", "dx without the mean(g) term", [](const Ctx& x) -> std::vector<Variant> {
-    if (x.c.direction != ref::Direction::backward || !x.spec.centre) return {};
+// In panel order: the order names merged dialects (the earliest names the group). By class A-G,
+// the residual-block placements after F; a new dialect is a row (and, where the model lacks its
+// knob, a knob in fault_model.hpp).
+const Row kRows[] = {
+    // A. Epsilon
+    {"eps_outside_sqrt", "eps_outside_sqrt", 0, "eps added outside the sqrt: 1/(sigma + eps)",
+     [](K& k, const Ctx&) { k.eps_place = EpsPlace::outside_sqrt; }},
+    {"eps_missing", "eps_dropped", eps_not_0, "eps left out (0)", [](K& k, const Ctx&) { k.eps = 0; }},
+    {"eps_in_count", "eps_in_denominator", 0, "eps added to the count: rsqrt(sum / (N + eps))",
+     [](K& k, const Ctx&) { k.eps_place = EpsPlace::in_count; }},
+    {"eps_fp16", "eps_fp16", 0, "eps rounded to float16 before use", nullptr, nullptr, eps_fp16_variants},
+    {"eps_other_value", "eps_hardcoded", 0, "another eps value than the case's (fitted from the outputs)", nullptr,
+     nullptr, eps_other_value_variants},
+    // B. Variance and reductions
+    {"unbiased_variance", "unbiased_variance", centred, "unbiased variance: sum((h - mean)^2) / (N - 1)",
+     [](K& k, const Ctx&) { k.unbiased = true; }},
+    {"eps_outside_sqrt_unbiased", "eps_outside_sqrt_unbiased", centred,
+     "eps outside the sqrt of the unbiased (N-1) variance: 1/(s + eps)",
+     [](K& k, const Ctx&) {
+       k.eps_place = EpsPlace::outside_sqrt;
+       k.unbiased = true;
+     }},
+    {"one_pass_variance_fp32", "one_pass_variance", centred, "one-pass variance E[h^2] - E[h]^2 in float32",
+     [](K& k, const Ctx&) { k.arith = StatArith::one_pass; k.arith_dtype = DType::float32; }},
+    {"one_pass_variance_fp16", "one_pass_variance", centred, "one-pass variance E[h^2] - E[h]^2 in float16",
+     [](K& k, const Ctx&) { k.arith = StatArith::one_pass; k.arith_dtype = DType::float16; }},
+    // In float64 only where the case computes in float64 (elsewhere it is the float32 one's
+    // cancellation, far smaller).
+    {"one_pass_variance_fp64", "one_pass_variance", centred | computes_f64,
+     "one-pass variance E[h^2] - E[h]^2 in float64",
+     [](K& k, const Ctx&) { k.arith = StatArith::one_pass; k.arith_dtype = DType::float64; }},
+    {"low_precision_accumulation_fp16", "fp16_accumulation", 0, "row sums accumulated in float16",
+     [](K& k, const Ctx&) { k.arith = StatArith::accumulate; k.arith_dtype = DType::float16; }},
+    {"low_precision_accumulation_bf16", "bf16_accumulation", 0, "row sums accumulated in bfloat16",
+     [](K& k, const Ctx&) { k.arith = StatArith::accumulate; k.arith_dtype = DType::bfloat16; }},
+    {"padding_lanes", "padding_lanes", centred,
+     "padding lanes counted: variance over the next power of two lanes, zeros loaded",
+     [](K& k, const Ctx&) { k.pad_lanes = true; },
+     [](const Ctx& x) {
+       return std::map<std::string, double>{
+           {"lanes", static_cast<double>(std::bit_ceil(static_cast<std::uint64_t>(x.g.cols)))}};
+     }},
+    {"stats_merged_equal_weights", "welford_merge", 0,
+     "parallel statistics merged wrongly: two half-row partials merged with equal weights",
+     [](K& k, const Ctx&) { k.arith = StatArith::merge_halves; }},
+    {"rstd_holds_std", "rstd_holds_std", rstd_output, "rstd output holds the standard deviation sqrt(var + eps)",
+     [](K& k, const Ctx&) { k.rstd_out = RstdOut::std_dev; }},
+    {"rstd_holds_variance", "rstd_holds_variance", rstd_output, "rstd output holds the variance",
+     [](K& k, const Ctx&) { k.rstd_out = RstdOut::variance; }},
+    // C. Axis and shape
+    {"stats_all_but_batch", "wrong_axis", 0,
+     "statistics over every dim but the first (normalized_shape as 'all but batch')", nullptr, nullptr,
+     stats_all_but_batch_variants},
+    {"stats_last_dim_only", "last_dim_only", 0, "statistics over the last dim only (axis not honoured)", nullptr,
+     nullptr, stats_last_dim_only_variants},
+    {"rms_centred", "rms_centred", is_rmsnorm, "RMSNorm computed with mean centring (a LayerNorm)",
+     [](K& k, const Ctx&) { k.centre = true; }},
+    {"layernorm_uncentred", "layernorm_uncentred", is_layernorm,
+     "LayerNorm computed without mean centring (an RMSNorm)", [](K& k, const Ctx&) { k.centre = false; }},
+    {"weight_not_broadcast", "weight_not_broadcast", affine,
+     "weight/bias laid along x's memory order instead of broadcast over the normalized dims",
+     [](K& k, const Ctx&) { k.weight_flat_index = true; }},
+    // D. Mixed precision
+    {"contract_point_skipped", "contract_point_skipped", 0, "a rounding point of the contract skipped", nullptr,
+     nullptr, contract_point_skipped_variants},
+    {"other_contract", "other_contract", 0, "another precision contract (rounding points)", nullptr, nullptr,
+     other_contract_variants},
+    {"scale_rounded_to_param", "offset_in_param_dtype", affine,
+     "offset + weight rounded to the weight dtype before the multiply",
+     [](K& k, const Ctx& x) { k.pts.scale = x.c.dtype_param; }},
+    {"rstd_rounded_bf16", "rstd_bf16", 0, "rstd rounded to bfloat16 before the multiply", nullptr, nullptr,
+     rstd_rounded_variants<DType::bfloat16>},
+    {"rstd_rounded_fp16", "rstd_fp16", 0, "rstd rounded to float16 before the multiply", nullptr, nullptr,
+     rstd_rounded_variants<DType::float16>},
+    // E. Residual and placement
+    {"residual_not_added", "residual_not_added", residual, "residual not added before the norm",
+     [](K& k, const Ctx&) { k.res = ResMode::not_added; }},
+    {"residual_after_norm", "residual_after_norm", residual | forward,
+     "residual added after the norm: y = Norm(x) + residual", [](K& k, const Ctx&) { k.res = ResMode::after_norm; }},
+    {"alpha_on_residual", "alpha_on_residual", residual | alpha_not_1,
+     "alpha applied to the residual instead of x: h = x + alpha residual",
+     [](K& k, const Ctx&) { k.res = ResMode::alpha_on_residual; }},
+    {"h_rounded_to_input_dtype", "fused_add_rounds_h", residual,
+     "h = x + residual rounded to the input dtype before the statistics",
+     [](K& k, const Ctx&) { k.h_round_x = true; }},
+    {"residual_out_missing_bias", "residual_out_missing_bias", residual_bias | residual_output,
+     "residual_out written without residual_bias", [](K& k, const Ctx&) { k.res_out = ResOut::missing_bias; }},
+    {"residual_out_holds_y", "residual_out_holds_y", residual_output,
+     "residual_out overwritten with the norm's output y", [](K& k, const Ctx&) { k.res_out = ResOut::holds_y; }},
+    {"residual_out_holds_xhat", "residual_out_overwritten", residual_output,
+     "residual_out overwritten with x-hat (normalized in place)",
+     [](K& k, const Ctx&) { k.res_out = ResOut::holds_xhat; }},
+    // F. Parameters (checkpoint conventions)
+    {"weight_missing", "weight_missing", affine, "weight not applied",
+     [](K& k, const Ctx&) { k.weight = WeightMode::missing; }},
+    {"bias_missing", "bias_missing", weight_and_bias, "bias not added",
+     [](K& k, const Ctx&) { k.bias_missing = true; }},
+    {"weight_bias_swapped", "weight_bias_swapped", weight_and_bias, "weight and bias swapped",
+     [](K& k, const Ctx&) { k.weight = WeightMode::swapped; }},
+    {"bias_before_weight", "bias_before_weight", weight_and_bias,
+     "bias added before the weight multiply: (x-hat + bias) * weight",
+     [](K& k, const Ctx&) { k.weight = WeightMode::bias_first; }},
+    {"offset_missing", "offset_missing", affine | offset, "weight offset (1 + w) left out",
+     [](K& k, const Ctx&) { k.offset = 0; }},
+    {"offset_doubled", "offset_doubled", affine | offset, "weight offset applied twice (scale offset + offset + w)",
+     [](K& k, const Ctx& x) { k.offset = 2 * x.c.weight_offset; }},
+    {"offset_spurious", "offset_spurious", affine | no_offset,
+     "a weight offset 1 + w applied to weights that hold the scale", [](K& k, const Ctx&) { k.offset = 1; }},
+    // E. Placement in residual blocks
+    {"block_pre_residual_after_norm", "pre_ln_residual_after_norm", pre_block,
+     "Pre-LN residual taken after the norm: u' = Norm(u) + F(Norm(u))",
+     [](K& k, const Ctx&) { k.block = BlockMode::pre_residual_after_norm; }},
+    {"block_deepnorm_alpha_on_f", "deepnorm_alpha_on_f", deepnorm_block | alpha_not_1,
+     "DeepNorm alpha applied to the sublayer: Norm(u + alpha F(u))",
+     [](K& k, const Ctx&) { k.block = BlockMode::deepnorm_alpha_on_f; }},
+    {"block_post_double_norm", "post_ln_double_norm", post_block,
+     "Post-LN output normalized again by an extra (non-affine) norm",
+     [](K& k, const Ctx&) { k.block = BlockMode::post_double_norm; }},
+    // G. Backward and launch limits
+    {"rows_not_computed", "rows_beyond_grid_limit", 0, "rows from a limit on never computed (launch grid limit)",
+     nullptr, nullptr, rows_not_computed_variants},
+    {"dx_without_mean_term", "dx_without_mean_term", backward | centred, "dx without the mean(g) term",
+     [](K& k, const Ctx&) { k.dx = DxMode::no_mean; }},
+    {"dx_without_projection_term", "dx_without_projection_term", backward,
+     "dx without the x-hat * mean(g x-hat) term", [](K& k, const Ctx&) { k.dx = DxMode::no_projection; }},
+    {"column_sums_bf16", "dweight_bf16_reduction", backward | affine, "dweight/dbias reduced in bfloat16",
+     [](K& k, const Ctx&) { k.colsum = ColSum::bf16_interval; }},
+    {"column_sums_columns_dropped", "dweight_warp_width", backward,
+     "dweight/dbias of some columns never reduced (left 0)", nullptr, nullptr, columns_dropped_variants},
+    {"dweight_wrong_lane_params", "dgamma_wrong_index", backward | affine | no_block,
+     "dweight's x-hat rebuilt from y with the weight/bias of the row's tile lane (DeepSpeed #692)",
+     [](K& k, const Ctx&) { k.dgamma_tile = kDgammaTile; },
+     [](const Ctx&) { return std::map<std::string, double>{{"tile", static_cast<double>(kDgammaTile)}}; }},
+};
+
+Dialect dialect_of(const Row& r) {
+  const FaultEntry* f = find_fault(r.fault);
+  if (!f) throw std::logic_error(fmt::format("panel: dialect {} names fault {}, not in the catalogue", r.name, r.fault));
+  auto variants = [r](const Ctx& x) -> std::vector<Variant> {
+    if (!holds(r.when, x)) return {};
+    if (r.variants) return r.variants(x);
     K k = x.spec;
-    k.dx = DxMode::no_mean;
-    return one(k);
-  });
-  add("dx_without_projection_term", "G", "dx without the x-hat * mean(g x-hat) term",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.direction != ref::Direction::backward) return {};
-        K k = x.spec;
-        k.dx = DxMode::no_projection;
-        return one(k);
-      });
-  add("column_sums_bf16", "G", "dweight/dbias reduced in bfloat16",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.direction != ref::Direction::backward || x.c.affine == ref::Affine::none) return {};
-        K k = x.spec;
-        k.colsum = ColSum::bf16_interval;
-        return one(k);
-      });
-  add("column_sums_columns_dropped", "G", "dweight/dbias of some columns never reduced (left 0)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.direction != ref::Direction::backward) return {};
-        K k = x.spec;
-        double dropped = 0;
-        for (const char* name : {"dweight", "dbias", "dresidual_bias"}) {
-          const auto e = x.fc.expected.find(name);
-          const auto gt = x.got.find(name);
-          if (e == x.fc.expected.end() || gt == x.got.end() ||
-              gt->second.data.size() != e->second.f64.size())
-            continue;
-          std::vector<std::uint8_t> mask(e->second.f64.size(), 0);
-          bool any = false;
-          for (std::size_t j = 0; j < mask.size(); ++j)
-            if (gt->second.data[j] == 0 && e->second.f64[j] != 0) {
-              mask[j] = 1;
-              any = true;
-              dropped += 1;
-            }
-          if (any) k.zero_cols[name] = std::move(mask);
-        }
-        if (k.zero_cols.empty()) return {};
-        return {Variant{k, {{"columns_dropped", dropped}}}};
-      });
-  add("dweight_wrong_lane_params", "G",
-      "dweight's x-hat rebuilt from y with the weight/bias of the row's tile lane (DeepSpeed #692)",
-      [](const Ctx& x) -> std::vector<Variant> {
-        if (x.c.direction != ref::Direction::backward || x.c.affine == ref::Affine::none ||
-            x.c.block != ref::Block::none)
-          return {};
-        K k = x.spec;
-        k.dgamma_tile = kDgammaTile;
-        return {Variant{k, {{"tile", static_cast<double>(kDgammaTile)}}}};
-      });
+    r.change(k, x);
+    return {Variant{std::move(k), r.parameters ? r.parameters(x) : std::map<std::string, double>{}}};
+  };
+  return Dialect{{r.name, std::string(1, f->cls), r.title, r.fault}, std::move(variants)};
 }
 
 }  // namespace
 
-// The panel in the order of its classes (A-G, the residual-block placements after F).
 const std::vector<Dialect>& panel() {
   static const std::vector<Dialect> table = [] {
     std::vector<Dialect> v;
-    const Add add{v};
-    add_epsilon_dialects(add);
-    add_variance_dialects(add);
-    add_axis_dialects(add);
-    add_precision_dialects(add);
-    add_residual_dialects(add);
-    add_parameters_dialects(add);
-    add_blocks_dialects(add);
-    add_backward_dialects(add);
+    for (const Row& r : kRows) v.push_back(dialect_of(r));
     return v;
   }();
   return table;

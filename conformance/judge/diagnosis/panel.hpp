@@ -1,6 +1,7 @@
 // The panel (../../DIAGNOSIS.md, "The panel"): every dialect the diagnosis evaluates, each a
-// fault of one class (A-G) applied to the case's semantics as a change of the knobs
-// (fault_model.hpp), in variants where a parameter is fitted or enumerated.
+// fault of the catalogue (normcheck/judge/faults.hpp, whose class it takes) applied to the case's
+// semantics as a change of the knobs (fault_model.hpp), in variants where a parameter is fitted
+// or enumerated. panel.cpp holds them as a table, one row per dialect.
 #pragma once
 
 #include <cstdint>

@@ -22,6 +22,7 @@
 
 #include "cpu_candidates.hpp"
 #include "kernels.hpp"
+#include "normcheck/judge/faults.hpp"
 #include "normcheck/reference/evaluate.hpp"
 
 namespace normcheck::conf::cpu {
@@ -703,6 +704,29 @@ TEST(Registry, EveryEntryIsWellFormedAndEveryClassIsCovered) {
   for (const char* k : {"A", "B", "C", "D", "E", "G"}) EXPECT_GE(classes[k], 3) << k;
   // Each appears in the project's registry, by spec.
   for (const auto& e : cpu_builtins()) EXPECT_NO_THROW(make_candidate(e.info.name)) << e.info.name;
+}
+
+// The fault catalogue and the bundled mutants name each other one to one: every mutant has a
+// catalogue row reproduced by a mutant, under its own name, and every such row has its mutant.
+TEST(Registry, EveryMutantIsACatalogueFaultAndEveryMutantFaultHasItsMutant) {
+  std::map<std::string, int> mutants_of;
+  for (const auto& e : builtin_candidates()) {
+    if (e.info.kind != CandidateKind::mutant) {
+      EXPECT_TRUE(e.info.fault_id.empty()) << e.info.name;
+      continue;
+    }
+    const FaultEntry* f = find_fault(e.info.fault_id);
+    ASSERT_NE(f, nullptr) << e.info.name << " names no fault of the catalogue ('" << e.info.fault_id << "')";
+    EXPECT_EQ(f->by, Reproduced::mutant) << e.info.name << ": its fault is marked dialect only";
+    EXPECT_EQ(e.info.name, "builtin:mut_" + std::string(f->id));
+    EXPECT_EQ(e.info.fault_class, std::string(1, f->cls)) << e.info.name;
+    EXPECT_EQ(e.info.fault, fault_line(*f)) << e.info.name;
+    ++mutants_of[e.info.fault_id];
+  }
+  for (const auto& f : fault_catalogue()) {
+    if (f.by != Reproduced::mutant) continue;
+    EXPECT_EQ(mutants_of[std::string(f.id)], 1) << f.id << ": reproduced by a mutant, but no builtin:mut_" << f.id;
+  }
 }
 
 TEST(Registry, ACaseItCannotReadIsACandidateError) {

@@ -54,7 +54,8 @@ struct CandidateInfo {
   std::string name;  // the spec that makes it again: "builtin:cpu_two_pass", "plugin:./libk.so"
   CandidateKind kind = CandidateKind::external;
   std::string description;
-  std::string fault_class;  // mutants: the fault class, "A" .. "G" (conformance/DIAGNOSIS.md)
+  std::string fault_id;     // bundled mutants: the fault's id in the catalogue (docs/FAULTS.md)
+  std::string fault_class;  // mutants: the fault class, "A" .. "G" (docs/FAULTS.md)
   std::string fault;        // mutants: the fault in one line, with the public issue it reproduces
   Capabilities caps;
 };

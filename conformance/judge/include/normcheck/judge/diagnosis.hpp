@@ -67,9 +67,11 @@ double spec_score(const fix::FixtureCase& fc, const Outputs& got,
 // max 0.4 tolerance units from it, 2.1e5 from the spec", or that no dialect explains it.
 std::string describe_diagnosis(const std::vector<Diagnosis>& d);
 
-// The names of the panel's dialects with their class and title (documentation, tests).
+// The panel's dialects with the fault each names (an id of the fault catalogue, faults.hpp), its
+// class and the dialect's title (documentation, tests).
 struct DialectInfo {
   std::string name, fault_class, title;
+  std::string fault;
 };
 const std::vector<DialectInfo>& dialect_panel();
 
