@@ -419,6 +419,9 @@ const Row kRows[] = {
      [](K& k, const Ctx&) { k.bias_missing = true; }},
     {"weight_bias_swapped", "weight_bias_swapped", weight_and_bias, "weight and bias swapped",
      [](K& k, const Ctx&) { k.weight = WeightMode::swapped; }},
+    {"weight_and_bias_missing", "affine_reinitialized", weight_and_bias, "neither weight nor bias applied",
+     [](K& k, const Ctx&) { k.weight = WeightMode::missing;
+       k.bias_missing = true; }},
     {"bias_before_weight", "bias_before_weight", weight_and_bias,
      "bias added before the weight multiply: (x-hat + bias) * weight",
      [](K& k, const Ctx&) { k.weight = WeightMode::bias_first; }},

@@ -173,6 +173,8 @@ TEST(Diagnosis, AffineFaults) {
   f = c;
   for (auto& v : f.inputs["weight"].data) v = 1;
   expect_first(fc, outputs_of(f, fc), "weight_missing");
+  for (auto& v : f.inputs["bias"].data) v = 0;  // both re-initialized (transformers #29554)
+  expect_first(fc, outputs_of(f, fc), "weight_and_bias_missing");
   expect_first(fc,
                faulty_forward(
                    c, [&](double var, double, double) { return 1 / std::sqrt(var + c.epsilon); }, true),
