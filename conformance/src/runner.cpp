@@ -233,7 +233,7 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
             const auto judged = judged_outputs(fc, candidates[i]->info().caps);
             const fix::FixtureCase& jc = judged ? *judged : fc;
             res = check_case(jc, got, allow, check_options_of(candidates[i]->info().caps));
-            if (opt.diagnose && res.verdict == Verdict::failed) {
+            if (opt.diagnose && diagnosable(res)) {
               const auto d0 = std::chrono::steady_clock::now();
               res.diagnosis = diagnose(jc, got, allow);
               res.diagnosed = true;
@@ -356,7 +356,7 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
     } else {
       const auto allow = derive_allowances(fc.c);
       res = check_case(fc, got, allow, check_options_of(run.info.caps));
-      if (opt.diagnose && res.verdict == Verdict::failed) {
+      if (opt.diagnose && diagnosable(res)) {
         res.diagnosis = diagnose(fc, got, allow);
         res.diagnosed = true;
       }

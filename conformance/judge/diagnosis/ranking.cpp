@@ -472,6 +472,12 @@ std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
   const ref::Case& c = fc.c;
   const auto x = c.inputs.find("x");
   if (x == c.inputs.end() || x->second.data.size() > opt.max_elements) return {};
+  // An output of the wrong shape or dtype is that, not a fault of the panel (checker.hpp,
+  // diagnosable).
+  for (const auto& [name, exp] : fc.expected) {
+    const auto g = got.find(name);
+    if (g != got.end() && (g->second.shape != exp.value.shape || g->second.dtype != exp.value.dtype)) return {};
+  }
   // A diagnosis never changes a case's verdict: whatever goes wrong in it gives no diagnosis.
   try {
     return Ranking(fc, got, allow, opt).run();

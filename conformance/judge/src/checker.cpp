@@ -88,6 +88,13 @@ void ErrorHistogram::add(double v) {
   }
 }
 
+bool diagnosable(const CaseResult& r) {
+  if (r.verdict != Verdict::failed) return false;
+  for (const auto& o : r.outputs)
+    if (o.malformed) return false;
+  return true;
+}
+
 void describe_case(CaseResult& r, const fix::FixtureCase& fc) {
   const ref::Case& c = fc.c;
   r.op = ref::name_of(c.op);
@@ -176,6 +183,7 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
     const ref::Tensor& t = it->second;
     if (t.shape != exp.value.shape) {
       o.verdict = Verdict::failed;
+      o.malformed = true;
       o.reason = fmt::format("shape [{}] where [{}] is expected", fmt::join(t.shape, ", "),
                              fmt::join(exp.value.shape, ", "));
       res.outputs.push_back(std::move(o));
@@ -183,6 +191,7 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
     }
     if (t.dtype != exp.value.dtype) {
       o.verdict = Verdict::failed;
+      o.malformed = true;
       o.reason = fmt::format("dtype {} where {} is expected", ref::name_of(t.dtype), ref::name_of(exp.value.dtype));
       res.outputs.push_back(std::move(o));
       continue;

@@ -287,6 +287,36 @@ TEST(Diagnosis, BackwardReductionFaults) {
   }
 }
 
+// dweight/dbias summed over the first rows only (a kernel whose grid covers a fixed number of
+// rows), held in bfloat16: the column sums of the reference on the case with dy zero beyond them.
+// The bfloat16 interval must not claim it: over 256 rows and more its bound (gamma(R), R u >= 1)
+// says nothing, and on a sampled case it is the bound of every row's additions, not of the
+// sample's (which gave it a slack of 0.13 of the sum of |terms| here, about twice the error).
+TEST(Diagnosis, ColumnSumsOverASubsetOfRowsAreNotABfloat16Reduction) {
+  for (std::int64_t rows : {300, 1200}) {
+    auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, 16, 0, 1);
+    std::mt19937_64 rng(5);
+    c.direction = ref::Direction::backward;
+    c.inputs["dy"] = ref::Tensor{DType::float32, {rows, 16},
+                                 normal(rng, static_cast<std::size_t>(rows) * 16, 0, 1, DType::float32)};
+    const auto fc = fixture_of(c);
+    auto f = c;
+    for (std::size_t i = static_cast<std::size_t>(rows / 4) * 16; i < f.inputs["dy"].data.size(); ++i)
+      f.inputs["dy"].data[i] = 0;
+    const auto part = fixture_of(f);
+    Outputs got;
+    for (const auto& [name, out] : fc.expected) got[name] = out.value;
+    for (const char* name : {"dweight", "dbias"}) {
+      got[name] = part.expected.at(name).value;
+      for (auto& v : got[name].data) v = ref::round_to(v, DType::bfloat16);
+    }
+    for (const auto& x : diagnose(fc, got, {.keep = 100}))
+      if (x.dialect == "column_sums_bf16") {
+        EXPECT_FALSE(x.explains) << rows << " rows: " << x.evidence;
+      }
+  }
+}
+
 // dweight with x-hat rebuilt from y using the weight/bias of the row's lane in a 32-wide tile
 // (DeepSpeed #692), computed here in long double from the inputs (not by the panel's engine),
 // each sum rounded once: the dialect names it, and the correct outputs are not explained by it.
@@ -561,6 +591,23 @@ TEST(Diagnosis, SaysWhenNothingExplains) {
   ASSERT_FALSE(d.empty());
   EXPECT_FALSE(d[0].explains);
   EXPECT_NE(describe_diagnosis(d).find("no dialect explains"), std::string::npos) << describe_diagnosis(d);
+}
+
+// A wrong shape is a shape error: the checker says so, and the case is not diagnosed.
+TEST(Diagnosis, AWrongShapeIsNotDiagnosed) {
+  const auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 64, 0, 1);
+  const auto fc = fixture_of(c);
+  auto f = c;
+  for (auto& v : f.inputs["bias"].data) v = 0;
+  Outputs got = outputs_of(f, fc);  // bias_missing: FAILED on values, diagnosable
+  const auto values = check_case(fc, got, derive_allowances(c));
+  EXPECT_EQ(values.verdict, Verdict::failed);
+  EXPECT_TRUE(diagnosable(values));
+  got["y"].shape = {64, 4};  // the same values, transposed shape
+  const auto shape = check_case(fc, got, derive_allowances(c));
+  EXPECT_EQ(shape.verdict, Verdict::failed);
+  EXPECT_FALSE(diagnosable(shape));
+  EXPECT_TRUE(diagnose(fc, got).empty());
 }
 
 TEST(Diagnosis, PanelCoversTheFaultClasses) {

@@ -46,6 +46,7 @@ struct OutputResult {
   std::string name;
   Verdict verdict = Verdict::passed;
   std::string reason;            // FAILED / MISSING / MISTRUSTED: why, with the numbers
+  bool malformed = false;        // FAILED for its shape or dtype, not for its values
   std::int64_t elements = 0;     // compared elements (not mistrusted)
   std::int64_t failed = 0;       // elements beyond their allowance
   std::int64_t mistrusted = 0;   // elements not compared
@@ -85,6 +86,11 @@ struct CaseResult {
   std::vector<Diagnosis> diagnosis;
   bool diagnosed = false;  // the panel ran (an empty `diagnosis` then: no dialect applies)
 };
+
+// Whether a FAILED case is one for the diagnosis: it failed on values, with every output of the
+// expected shape and dtype. A wrong shape or dtype is reported as what it is (the output's
+// reason), never explained by a fault of the panel.
+bool diagnosable(const CaseResult& r);
 
 // Sets the descriptive fields of `r` (op, direction, block, dtype, category, the rows' mean/sigma)
 // from the fixture case; the verdicts are untouched.
