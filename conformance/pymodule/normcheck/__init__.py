@@ -10,6 +10,7 @@ Every number comes from normcheck's C++ libraries (the reference, the tolerance 
 checker and the diagnosis: the same code as the `normcheck` CLI); this package converts arrays
 and formats messages. conformance/pymodule/README.md documents it.
 """
+import functools
 import numbers
 
 from . import _arrays, _core
@@ -39,17 +40,21 @@ class Case:
     def __init__(self, core):
         self._core = core
 
+    # The C++ case does not change: each view is converted once, when first asked for.
     id = property(lambda self: self._core.id)
     category = property(lambda self: self._core.category)
     description = property(lambda self: self._core.description)
-    attributes = property(lambda self: self._core.attributes, doc="op, epsilon, dtypes ... as in a fixture file")
-    inputs = property(lambda self: self._core.inputs, doc="x, weight, ...: numpy arrays (bfloat16 as float32)")
-    input_dtypes = property(lambda self: self._core.input_dtypes)
-    expected = property(lambda self: self._core.expected)
-    outputs = expected
-    expected_f64 = property(lambda self: self._core.expected_f64)
-    certified = property(lambda self: self._core.certified)
-    dtypes = property(lambda self: self._core.output_dtypes, doc="output name -> dtype name")
+    attributes = functools.cached_property(lambda self: self._core.attributes)
+    attributes.__doc__ = "op, epsilon, dtypes, shape ... as in a fixture file"
+    inputs = functools.cached_property(lambda self: self._core.inputs)
+    inputs.__doc__ = "x, weight, ...: numpy arrays (bfloat16 as float32)"
+    input_dtypes = functools.cached_property(lambda self: self._core.input_dtypes)
+    expected = functools.cached_property(lambda self: self._core.expected)
+    outputs = property(lambda self: self.expected, doc="the same as expected")
+    expected_f64 = functools.cached_property(lambda self: self._core.expected_f64)
+    certified = functools.cached_property(lambda self: self._core.certified)
+    dtypes = functools.cached_property(lambda self: self._core.output_dtypes)
+    dtypes.__doc__ = "output name -> dtype name"
 
     def __getitem__(self, name):
         return self.expected[name]
@@ -156,7 +161,7 @@ class CheckResult:
         a = self.case.attributes
         lines = [f"normcheck: {self.verdict}: case {self.case.id} ({a['op']} {a['direction']}, x {a['dtype_x']}, "
                  f"out {a['dtype_out']}, compute {a['dtype_compute']}, eps {a['epsilon']:.6g}, contract "
-                 f"{a['contract']}, x shape {list(self.case.inputs['x'].shape)})"]
+                 f"{a['contract']}, x shape {a['shape']})"]
         for o in self.outputs.values():
             lines.append("  " + o.summary())
             if o.worst is not None and o.verdict != "PASSED":

@@ -29,6 +29,8 @@ def to_core(value, arg, bits_dtype=None):
         value = t.numpy()
     elif isinstance(value, (list, tuple, float, int)) and not isinstance(value, bool):
         value = np.asarray(value, dtype=np.float64)  # Python numbers are binary64
+    elif isinstance(value, np.generic):
+        value = np.asarray(value)  # a numpy scalar keeps its dtype
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{arg}: expected a numpy array or a torch tensor, got {type(value).__name__}")
     a = np.ascontiguousarray(value)

@@ -14,7 +14,8 @@ or on the command line with ``-p normcheck.pytest_plugin``. Options:
 
 A test narrows the cases with a marker: ``@pytest.mark.normcheck(op="rmsnorm",
 direction="forward", dtype_x="float32", match=r"_h4096_")``: each keyword but ``match`` (a
-regular expression searched in the case id) must equal the case's attribute of that name.
+regular expression searched in the case id) must equal the case's attribute of that name, or be
+one of a tuple of values (``dtype_x=("float32", "float64")``).
 """
 import re
 
@@ -59,6 +60,11 @@ def _attributes(source, case_id):
     return source[case_id].attributes  # a fixture file: the case is read
 
 
+def _matches(value, wanted):
+    """A marker keyword matches an attribute equal to it, or one of a list/tuple/set of values."""
+    return value in wanted if isinstance(wanted, (list, tuple, set, frozenset)) else value == wanted
+
+
 def pytest_generate_tests(metafunc):
     if "normcheck_case" not in metafunc.fixturenames:
         return
@@ -73,7 +79,7 @@ def pytest_generate_tests(metafunc):
             unknown = set(want) - set(_attributes(source, ids[0]) if ids else want)
             if unknown:
                 raise pytest.UsageError(f"normcheck marker: unknown case attribute(s) {sorted(unknown)}")
-            ids = [i for i in ids if all(_attributes(source, i).get(k) == v for k, v in want.items())]
+            ids = [i for i in ids if all(_matches(_attributes(source, i).get(k), v) for k, v in want.items())]
     metafunc.parametrize("normcheck_case", ids, ids=ids, indirect=True)
 
 

@@ -217,6 +217,8 @@ py::dict attributes_of(const ref::Case& c) {
   d["dtype_out"] = std::string(ref::name_of(c.dtype_out));
   d["dtype_compute"] = std::string(ref::name_of(c.dtype_compute));
   d["dtype_residual"] = std::string(ref::name_of(c.dtype_residual));
+  const auto x = c.inputs.find("x");
+  d["shape"] = x == c.inputs.end() ? std::vector<std::int64_t>{} : x->second.shape;
   return d;
 }
 

@@ -61,3 +61,23 @@ def test_fixture_file_errors(tmp_path):
         normcheck.fixtures.open(junk)
     with pytest.raises(normcheck.FixtureError, match="no_such_tier"):
         normcheck.fixtures.generate("no_such_tier")
+
+
+@pytest.mark.parametrize("x", [np.float32(1.0) * np.ones((), np.float32), np.ones((0, 8), np.float32),
+                               np.ones((2, 0), np.float32)])
+def test_degenerate_shapes_are_errors_or_cases_never_crashes(x):
+    try:
+        case = normcheck.reference("layernorm", x, eps=1e-5)
+    except ValueError as e:
+        assert str(e).split(":")[0] in ("x", "axis", "axes", "shape"), str(e)
+    else:
+        assert normcheck.check(case.expected, case).verdict in ("PASSED", "MISTRUSTED")
+
+
+def test_unknown_case_id_in_a_file(tmp_path):
+    case = normcheck.reference("layernorm", X, eps=1e-5, id="one")
+    case.save(tmp_path / "one.h5")
+    with pytest.raises(ValueError, match="case_id"):
+        normcheck.fixtures.open(tmp_path / "one.h5")["two"]
+    with pytest.raises(normcheck.FixtureError, match="exist"):
+        case.save(tmp_path / "one.h5")  # never replaced silently
