@@ -55,3 +55,23 @@ def test_pytest_plugin_over_a_tier(tmp_path):
                         "--normcheck-tier", "smoke", str(tmp_path)], capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "test_expected[rms_f32_normal] PASSED" in p.stdout, p.stdout
+
+
+def test_generate_writes_the_cli_bytes(tmp_path):
+    import shutil
+    import pytest
+    cli = os.environ.get("NORMCHECK_CLI") or shutil.which("normcheck")
+    if not cli:
+        pytest.skip("no normcheck CLI (NORMCHECK_CLI)")
+    src = json.load(open(normcheck.fixtures.tier_path("smoke")))
+    (tmp_path / "tiny.json").write_text(json.dumps(dict(src, tier="tiny", cases=[
+        c for c in src["cases"] if c.get("id") in ("rms_f32_offset1", "rms_bf16_llama")])))
+    subprocess.run([cli, "fixtures", "generate", "--cases", "tiny.json", "-o", "cli.h5"], cwd=tmp_path,
+                   check=True, capture_output=True)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        normcheck.fixtures.generate(cases="tiny.json", output="py.h5", progress=False)
+    finally:
+        os.chdir(cwd)
+    assert (tmp_path / "cli.h5").read_bytes() == (tmp_path / "py.h5").read_bytes()

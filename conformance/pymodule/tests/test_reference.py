@@ -94,3 +94,11 @@ def test_fused_residual():
     case = normcheck.reference("rmsnorm", x, eps=1e-6, residual=res)
     h = x.astype(np.float64) + res
     np.testing.assert_array_equal(case.expected_f64["residual_out"], h)
+
+
+def test_float16_bit_patterns():
+    x = rows(0.0, (2, 32)).astype(np.float16)
+    a = normcheck.reference("layernorm", x, eps=1e-5)
+    b = normcheck.reference("layernorm", x.view(np.uint16), eps=1e-5, dtype="float16")
+    assert b.attributes["dtype_x"] == "float16" and np.array_equal(a.expected["y"], b.expected["y"])
+    assert normcheck.check({"y": a.expected["y"].view(np.uint16)}, a).verdict == "PASSED"
