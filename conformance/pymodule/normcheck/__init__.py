@@ -227,6 +227,8 @@ def reference(op, x, weight=None, bias=None, *, eps, axis=-1, normalized_shape=N
     if dtype is not None and dtype not in _arrays.BITS_DTYPES:
         raise ValueError(f"dtype: {dtype!r}: the dtype of uint16 bit-pattern inputs is 'bfloat16' or 'float16'")
     eps = _number(eps, "eps")
+    if x is None:
+        raise TypeError("x: missing (the input to normalize)")
     inputs = {}
     for name, value in (("x", x), ("weight", weight), ("bias", bias), ("residual", residual),
                         ("residual_bias", residual_bias), ("dy", dy)):

@@ -19,6 +19,7 @@ W = np.ones(8, np.float32)
     (dict(eps=1e-5, x=np.ones((2, 8), np.uint16)), TypeError, "dtype="),
     (dict(eps=1e-5, x=np.ones((2, 8), np.uint16), dtype="int8"), ValueError, "dtype"),
     (dict(eps=1e-5, x="abc"), TypeError, "x"),
+    (dict(eps=1e-5, x=None), TypeError, "x"),
     (dict(eps=1e-5, op="batchnorm"), ValueError, "op"),
     (dict(eps=1e-5, contract="nope"), ValueError, "contract"),
     (dict(eps=1e-5, axis=5), ValueError, "axis"),
@@ -81,3 +82,35 @@ def test_unknown_case_id_in_a_file(tmp_path):
         normcheck.fixtures.open(tmp_path / "one.h5")["two"]
     with pytest.raises(normcheck.FixtureError, match="exist"):
         case.save(tmp_path / "one.h5")  # never replaced silently
+
+
+def test_random_arguments_raise_only_value_or_type_errors():
+    """300 random argument sets (shapes, dtypes, axes, eps, outputs, contracts): each either gives a
+    case that checks its own expected outputs as PASSED/MISTRUSTED, or raises ValueError/TypeError."""
+    rng = np.random.default_rng(11)
+    dtypes = [np.float64, np.float32, np.float16, np.int64, np.uint16]
+    for _ in range(300):
+        shape = tuple(int(d) for d in rng.integers(0, 5, size=rng.integers(0, 4)))
+        x = rng.standard_normal(shape).astype(dtypes[rng.integers(len(dtypes))]) if shape else np.float32(1)
+        if rng.random() < 0.2 and x.size and x.dtype.kind == "f":
+            x.flat[0] = np.nan
+        kw = dict(eps=float(rng.choice([1e-5, 0.0, -1.0, np.nan, np.inf])))
+        if rng.random() < 0.5 and shape:
+            kw["weight"] = np.ones(shape[-1:], dtypes[rng.integers(3)])
+        if rng.random() < 0.3 and shape:
+            kw["bias"] = np.zeros(shape[-1:], dtypes[rng.integers(3)])
+        if rng.random() < 0.3:
+            kw["axis"] = int(rng.integers(-4, 4))
+        if rng.random() < 0.2:
+            kw["axes"] = [int(a) for a in rng.integers(-3, 3, size=rng.integers(0, 3))]
+        if rng.random() < 0.2:
+            kw["contract"] = str(rng.choice(["exact", "llama", "gemma", "onnx", "x"]))
+        if rng.random() < 0.2:
+            kw["outputs"] = [str(rng.choice(["y", "mean", "rstd", "dx"]))]
+        if rng.random() < 0.2:
+            kw["dtype"] = str(rng.choice(["bfloat16", "float16", "float32"]))
+        try:
+            case = normcheck.reference(str(rng.choice(["layernorm", "rmsnorm"])), x, **kw)
+        except (ValueError, TypeError):
+            continue
+        assert normcheck.check(case.expected, case).verdict in ("PASSED", "MISTRUSTED"), kw
