@@ -41,6 +41,10 @@ def test_case_save_roundtrip(tmp_path):
     case.save(tmp_path / "mine.h5")
     back = normcheck.fixtures.open(tmp_path / "mine.h5")["mine"]
     assert np.array_equal(back.inputs["x"], x) and np.array_equal(back.expected["y"], case.expected["y"])
+    cli = os.environ.get("NORMCHECK_CLI")
+    if cli:  # the CLI reads it and recomputes the same certified values
+        p = subprocess.run([cli, "fixtures", "verify", str(tmp_path / "mine.h5")], capture_output=True, text=True)
+        assert p.returncode == 0 and "0 differences" in p.stdout, p.stdout + p.stderr
 
 
 def test_pytest_plugin_over_a_tier(tmp_path):
