@@ -79,7 +79,8 @@ def pytest_generate_tests(metafunc):
             unknown = set(want) - set(_attributes(source, ids[0]) if ids else want)
             if unknown:
                 raise pytest.UsageError(f"normcheck marker: unknown case attribute(s) {sorted(unknown)}")
-            ids = [i for i in ids if all(_matches(_attributes(source, i).get(k), v) for k, v in want.items())]
+            attrs = {i: _attributes(source, i) for i in ids}  # one read per case
+            ids = [i for i in ids if all(_matches(attrs[i].get(k), v) for k, v in want.items())]
     metafunc.parametrize("normcheck_case", ids, ids=ids, indirect=True)
 
 
