@@ -47,10 +47,18 @@ endif()
 install(EXPORT normcheckTargets NAMESPACE normcheck:: DESTINATION ${NORMCHECK_INSTALL_CMAKEDIR})
 set(NORMCHECK_BIN_FILE bin/normcheck)
 set(NORMCHECK_PYTHON_DIR share/normcheck/python)
+# import normcheck (conformance/pymodule/), where it was built: the directory to put on PYTHONPATH.
+get_property(NORMCHECK_PYTHON_MODULE_DIR GLOBAL PROPERTY NORMCHECK_PYTHON_INSTALL_DIR)
+set(NORMCHECK_PYTHON_MODULE_BUILT OFF)
+if(NORMCHECK_PYTHON_MODULE_DIR)
+  set(NORMCHECK_PYTHON_MODULE_BUILT ON)
+else()
+  set(NORMCHECK_PYTHON_MODULE_DIR lib)  # unused: the package says the module is absent
+endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/normcheckConfig.cmake.in
   ${PROJECT_BINARY_DIR}/package/normcheckConfig.cmake
   INSTALL_DESTINATION ${NORMCHECK_INSTALL_CMAKEDIR}
-  PATH_VARS NORMCHECK_BIN_FILE NORMCHECK_PYTHON_DIR)
+  PATH_VARS NORMCHECK_BIN_FILE NORMCHECK_PYTHON_DIR NORMCHECK_PYTHON_MODULE_DIR)
 # A minor release adds and never breaks (docs/VERSIONING.md): any 0.1.x or later 0.x within the
 # same major satisfies find_package(normcheck 0.1).
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/package/normcheckConfigVersion.cmake

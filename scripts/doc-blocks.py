@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Runs the ```sh blocks of a Markdown file, in order, as one bash script from the repository
 root, so that a guide cannot drift from the tool. Usage: doc-blocks.py GUIDE.md BUILD_DIR
+A ```python block runs in that sequence too, as its own /usr/bin/python3 process in the shell's
+current directory, with BUILD_DIR/python (import normcheck) on PYTHONPATH.
 
 Markers (HTML comments, invisible where the Markdown is rendered):
   <!-- doc-test: skip -->              before a block: do not run it (e.g. the build itself)
+  <!-- doc-test: python-module -->     before a block: it needs import normcheck; skipped, with a
+                                       note, where the build has no Python module (as are the
+                                       ```python blocks)
   <!-- doc-test-expect: TEXT -->       after a block: its output must contain TEXT
 Blocks run with `set -eu` (a failing command fails the test; pipes into head are fine), with
 BUILD_DIR/bin first on PATH. Exit 0 when every block ran and every expectation held."""
@@ -24,6 +29,8 @@ def blocks(text):
         line = lines[i]
         if line.strip() == "<!-- doc-test: skip -->":
             pending_skip = True
+        if line.strip() == "<!-- doc-test: python-module -->":
+            pending_skip = "python-module"
         m = FENCE.match(line)
         if m:
             lang, body = m.group(1), []
@@ -38,6 +45,8 @@ def blocks(text):
                 if e:
                     expects.append(e.group(1))
                 j += 1
+            if lang == "python" and not pending_skip:
+                pending_skip = "python-module"
             out.append((lang, "\n".join(body), pending_skip, expects))
             pending_skip = False
         i += 1
@@ -47,20 +56,25 @@ def blocks(text):
 def main():
     guide, build_dir = sys.argv[1], os.path.abspath(sys.argv[2])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    runnable = [b for b in blocks(open(guide).read()) if b[0] == "sh" and not b[2]]
+    have_module = os.path.exists(os.path.join(build_dir, "python", "normcheck", "__init__.py"))
+    found = blocks(open(guide).read())
+    runnable = [b for b in found if b[0] in ("sh", "python") and (not b[2] or (b[2] == "python-module" and have_module))]
+    if not have_module and any(b[2] == "python-module" for b in found):
+        print(f"{guide}: the blocks that need import normcheck are skipped: {build_dir} has no Python module")
     if not runnable:
         sys.exit(f"{guide}: no ```sh blocks to run")
     with tempfile.TemporaryDirectory() as logs:
         script = ["set -eu", f"cd {root!r}"]
-        for n, (_, code, _, _) in enumerate(runnable):
+        for n, (lang, code, _, _) in enumerate(runnable):
             log = os.path.join(logs, f"{n}.log")
             script.append(f"echo '--- block {n + 1}'")
             # Each block's output goes to the console and to its log; the block runs in this
             # shell (not a subshell) so that cd and variables carry over to the next one.
             script.append(f"exec 3>&1 4>&2 > >(tee {log!r}) 2>&1")
-            script.append(code)
+            script.append(code if lang == "sh" else f"/usr/bin/python3 - <<'DOC_BLOCK_PY'\n{code}\nDOC_BLOCK_PY")
             script.append("exec 1>&3 2>&4; sleep 0.1")
         env = dict(os.environ, PATH=os.path.join(build_dir, "bin") + ":" + os.environ["PATH"])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(build_dir, "python"), env.get("PYTHONPATH")) if p)
         r = subprocess.run(["bash", "-c", "\n".join(script)], env=env)
         if r.returncode != 0:
             sys.exit(f"{guide}: a block failed (exit status {r.returncode}); see the output above")

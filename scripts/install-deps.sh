@@ -18,6 +18,7 @@ packages=(
   nodejs libxml2-utils chromium                 # reports: Chart.js from npm, xmllint (JUnit schema), headless HTML test
   python3-onnx                                  # bundled candidates: ONNX Runtime (Node adapter, models by onnx.helper)
   mesa-vulkan-drivers libvulkan1 vulkan-tools   # bundled candidate ggml-vulkan: Mesa's software Vulkan device (lavapipe)
+  pybind11-dev python3-dev python3-pytest       # the Python module (import normcheck) and its pytest suite
 )
 
 missing=()

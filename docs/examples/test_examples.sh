@@ -71,4 +71,27 @@ ctest --test-dir "$work/py" --output-on-failure || fail "python-kernel's conform
 n="$(passed_cases "$work/py/normcheck-results/rmsnorm_torch.json")"
 (( n >= 5 )) || fail "python-kernel: only $n cases passed"
 echo "python-kernel: $n cases passed"
+if [[ -d "$here/pytest" ]] && compgen -G "$build_dir/python/normcheck/_core*.so" >/dev/null; then
+  echo "--- pytest: a kernel repository's own pytest suite with import normcheck, from the install"
+  # The CMake package says where the module is; the suite imports it from there alone.
+  mkdir -p "$work/findpy"
+  printf 'cmake_minimum_required(VERSION 3.25)\nproject(p NONE)\nfind_package(normcheck CONFIG REQUIRED)\nmessage(STATUS "PYDIR=${NORMCHECK_PYTHON_MODULE_DIR}")\n' \
+    > "$work/findpy/CMakeLists.txt"
+  pydir="$(cmake -S "$work/findpy" -B "$work/findpy/b" -DCMAKE_PREFIX_PATH="$prefix" | sed -n 's/^-- PYDIR=//p')"
+  [[ "$pydir" == "$prefix"/lib/python3*/dist-packages && -d "$pydir/normcheck" ]] \
+    || fail "the CMake package does not give the installed Python module: '$pydir'"
+  cp -r "$here/pytest" "$work/pytest"
+  pyrun() { (cd "$work/pytest" && env PYTHONPATH="$pydir" PYTHONDONTWRITEBYTECODE=1 "$@"); }
+  where="$(pyrun /usr/bin/python3 -c 'import normcheck, normcheck.fixtures as f; print(normcheck.__file__, f.tier_path("smoke"))')"
+  [[ "$where" == "$pydir/normcheck/__init__.py $prefix/share/normcheck/cases/smoke.json" ]] \
+    || fail "import normcheck does not come from the install: $where"
+  pyrun /usr/bin/python3 -m pytest -p no:cacheprovider -q tests || fail "the pytest example's suite failed"
+  if pyrun env NORMCHECK_EXAMPLE_FAULTY=1 NORMCHECK_SAVE_FAILURES="$work/failures" \
+       /usr/bin/python3 -m pytest -p no:cacheprovider -q tests/test_faulty.py >"$work/faulty.log" 2>&1; then
+    cat "$work/faulty.log"; fail "the faulty kernel passed its pytest"
+  fi
+  grep -q "eps added outside the sqrt" "$work/faulty.log" || { cat "$work/faulty.log"; fail "no diagnosis in the faulty kernel's failure"; }
+  grep -q "recheck: normcheck check --fixtures $work/failures/" "$work/faulty.log" || fail "no recheck line"
+  echo "pytest example: the suite passes; the faulty kernel fails with the diagnosis, as it must"
+fi
 echo "examples: OK"
