@@ -424,6 +424,7 @@ class Ranking {
       const Score& sc = entries_[gr.first].score;
       const bool full = entries_[gr.first].full;
       r.score = sc.score;
+      r.spec_score = s_spec_;
       r.explains = full && r.score <= 1.0;
       r.evidence =
           full ? fmt::format("max {} tolerance units from this dialect (worst: {}[{}]), {} from the spec",
@@ -486,6 +487,10 @@ std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
   }
 }
 
+// An unexplained case names its closest dialect only when that scores at most this fraction of the
+// spec's score.
+constexpr double kClearMargin = 0.5;
+
 std::string describe_diagnosis(const std::vector<Diagnosis>& d) {
   if (d.empty())
     return "diagnosis: the panel does not cover this case (no dialect applies, or more "
@@ -495,6 +500,13 @@ std::string describe_diagnosis(const std::vector<Diagnosis>& d) {
   for (const auto& [k, v] : b.parameters)
     params += fmt::format("{}{} = {}", params.empty() ? "" : ", ", k, fmt::format("{:.6g}", v));
   if (!params.empty()) params = " (" + params + ")";
+  // Unexplained: the closest dialect is named only where it is clearly closer than the spec (half
+  // its score or less); otherwise naming one would suggest a cause the outputs do not support.
+  if (!b.explains && !(b.score <= kClearMargin * b.spec_score))
+    return fmt::format(
+        "diagnosis: no known fault explains these outputs (the closest dialect, at {} tolerance units, is "
+        "not clearly closer than the spec's {})",
+        short_number(b.score), short_number(b.spec_score));
   if (!b.explains)
     return fmt::format("diagnosis: no dialect explains the outputs; closest: {} [{}] {}{}: {}", b.dialect,
                        b.fault_class, b.title, params, b.evidence);

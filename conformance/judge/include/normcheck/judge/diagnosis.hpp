@@ -27,6 +27,7 @@ struct Diagnosis {
   double score = 0;         // max error / allowance over the compared elements (inf: NaN mismatch)
   bool explains = false;    // score <= 1
   std::string evidence;     // the numbers in words, with the spec's score beside this one
+  double spec_score = 0;    // the spec's own score on the case, in the same units
   std::map<std::string, double> parameters;  // fitted values ("epsilon"), when the dialect has any
   std::vector<std::string> same_as;          // other dialects that predict identical outputs here
 };
