@@ -97,6 +97,7 @@ Json diagnosis_to_json(const std::vector<Diagnosis>& diagnosis) {
       je["parameters"] = std::move(p);
     }
     if (!e.same_as.empty()) je["same_as"] = e.same_as;
+    if (!e.output.empty()) je["output"] = e.output;
     d.push_back(std::move(je));
   }
   return d;

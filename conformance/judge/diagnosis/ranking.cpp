@@ -467,6 +467,37 @@ class Ranking {
 
 }  // namespace
 
+namespace {
+
+// The failing outputs alone, where no dialect explains the whole case: a fault may show in some
+// outputs while another is right (residual_out right, y and rstd computed without the residual),
+// and the right output then disqualifies the dialect on the case. The dialects that explain the
+// failing outputs, each naming them in `output`.
+std::vector<Diagnosis> failing_outputs(const fix::FixtureCase& fc, const Outputs& got,
+                                       const std::map<std::string, OutputAllowance>& allow,
+                                       const DiagnoseOptions& opt) {
+  fix::FixtureCase failing{fc.id, fc.category, fc.description, fc.c, {}};
+  std::string names;
+  for (const auto& [name, exp] : fc.expected) {
+    if (!got.count(name)) continue;
+    const fix::FixtureCase one{fc.id, fc.category, fc.description, fc.c, {{name, exp}}};
+    if (!(spec_score(one, got, allow) > 1)) continue;  // this output is right
+    failing.expected.emplace(name, exp);
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  if (failing.expected.empty() || failing.expected.size() == fc.expected.size()) return {};
+  auto d = Ranking(failing, got, allow, opt).run();
+  std::vector<Diagnosis> out;
+  for (auto& e : d) {
+    if (!e.explains) break;
+    e.output = names;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
                                 const std::map<std::string, OutputAllowance>& allow,
                                 const DiagnoseOptions& opt) {
@@ -481,7 +512,16 @@ std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got,
   }
   // A diagnosis never changes a case's verdict: whatever goes wrong in it gives no diagnosis.
   try {
-    return Ranking(fc, got, allow, opt).run();
+    auto d = Ranking(fc, got, allow, opt).run();
+    if ((d.empty() || !d.front().explains) && fc.expected.size() > 1) {
+      auto per = failing_outputs(fc, got, allow, opt);
+      if (!per.empty()) {
+        per.insert(per.end(), std::make_move_iterator(d.begin()), std::make_move_iterator(d.end()));
+        if (per.size() > opt.keep) per.resize(opt.keep);
+        return per;
+      }
+    }
+    return d;
   } catch (const std::exception&) {
     return {};
   }
@@ -510,6 +550,9 @@ std::string describe_diagnosis(const std::vector<Diagnosis>& d) {
   if (!b.explains)
     return fmt::format("diagnosis: no dialect explains the outputs; closest: {} [{}] {}{}: {}", b.dialect,
                        b.fault_class, b.title, params, b.evidence);
+  if (!b.output.empty())
+    return fmt::format("diagnosis: {} explained by {} [{}] {}{} (the other outputs are right): {}", b.output,
+                       b.dialect, b.fault_class, b.title, params, b.evidence);
   return fmt::format("diagnosis: explained by {} [{}] {}{}: {}", b.dialect, b.fault_class, b.title, params,
                      b.evidence);
 }

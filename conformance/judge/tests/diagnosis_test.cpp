@@ -237,6 +237,29 @@ TEST(Diagnosis, ResidualFaults) {
   expect_first(fc, outputs_of(f, fc), "alpha_on_residual");
 }
 
+// y and rstd computed without the residual while residual_out is right: the right residual_out
+// rules residual_not_added out on the case, and the diagnosis of the failing outputs names it.
+TEST(Diagnosis, AFaultInOneOutputIsDiagnosedOnThatOutput) {
+  auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 4, 32, 0, 1);
+  std::mt19937_64 rng(3);
+  c.residual = ref::Residual::add;
+  c.inputs["residual"] = ref::Tensor{DType::float32, {4, 32}, normal(rng, 128, 2, 1, DType::float32)};
+  const auto fc = fixture_of(c);
+  ASSERT_TRUE(fc.expected.count("residual_out"));
+  auto f = c;
+  f.residual = ref::Residual::none;
+  f.inputs.erase("residual");
+  Outputs got = outputs_of(f, fc);
+  got["residual_out"] = fc.expected.at("residual_out").value;
+  const auto d = diagnose(fc, got);
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0].dialect, "residual_not_added") << describe_diagnosis(d);
+  EXPECT_EQ(d[0].output, "rstd, y");
+  EXPECT_TRUE(d[0].explains);
+  EXPECT_NE(describe_diagnosis(d).find("rstd, y explained by residual_not_added"), std::string::npos)
+      << describe_diagnosis(d);
+}
+
 TEST(Diagnosis, LowPrecisionHFromTheReference) {
   // bfloat16 x, float32 residual: h rounded to bfloat16 before the statistics equals the
   // reference on x' = bf16(x + residual) and a zero residual.

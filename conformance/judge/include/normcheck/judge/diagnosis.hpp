@@ -27,7 +27,10 @@ struct Diagnosis {
   double score = 0;         // max error / allowance over the compared elements (inf: NaN mismatch)
   bool explains = false;    // score <= 1
   std::string evidence;     // the numbers in words, with the spec's score beside this one
-  double spec_score = 0;    // the spec's own score on the case, in the same units
+  double spec_score = 0;    // the spec's own score on the case (on `output`, when set), same units
+  // Set when the dialect explains the failing outputs alone, where no dialect explains the whole
+  // case (a fault that shows in y and rstd while residual_out is right): their names, "y, rstd".
+  std::string output;
   std::map<std::string, double> parameters;  // fitted values ("epsilon"), when the dialect has any
   std::vector<std::string> same_as;          // other dialects that predict identical outputs here
 };
