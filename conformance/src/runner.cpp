@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normcheck/fixtures/error.hpp"
+#include "normcheck/judge/declared.hpp"
 #include "normcheck/version.hpp"
 
 namespace normcheck::conf {
@@ -182,7 +183,17 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
                                          const RunOptions& opt) {
   fix::FixtureReader reader(opt.fixtures);
   std::vector<CandidateRun> runs(candidates.size());
-  for (std::size_t i = 0; i < candidates.size(); ++i) runs[i].info = candidates[i]->info();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    runs[i].info = candidates[i]->info();
+    if (opt.reduction) runs[i].info.caps.reduction = *opt.reduction;
+  }
+  // The declared reduction classes other than `any` (TOLERANCE.md, section 9): each gets its own
+  // allowances, derived once per case.
+  std::vector<Reduction> classes;
+  for (const auto& r : runs)
+    if (!r.info.caps.reduction.is_any() &&
+        std::find(classes.begin(), classes.end(), r.info.caps.reduction) == classes.end())
+      classes.push_back(r.info.caps.reduction);
   std::vector<std::string> ids;
   for (const auto& id : reader.case_ids())
     if (selected(id, opt.case_globs)) ids.push_back(id);
@@ -207,10 +218,12 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
     const std::string& id = ids[ci];
     fix::FixtureCase fc;
     std::map<std::string, OutputAllowance> allow;
+    std::map<Reduction, std::map<std::string, OutputAllowance>> declared;
     try {
       fc = next.get();
       if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
       allow = derive_allowances(fc.c);
+      for (const auto& r : classes) declared[r] = derive_allowances(fc.c, r);
     } catch (const std::exception& e) {
       for (auto& r : runs) r.error = fmt::format("stopped at case {}: {}", id, e.what());
       if (next.valid()) next.wait();
@@ -232,7 +245,9 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
             const Outputs got = candidates[i]->run(fc.c);
             const auto judged = judged_outputs(fc, candidates[i]->info().caps);
             const fix::FixtureCase& jc = judged ? *judged : fc;
-            res = check_case(jc, got, allow, check_options_of(candidates[i]->info().caps));
+            const Reduction& red = runs[i].info.caps.reduction;
+            const auto& mine = red.is_any() ? allow : declared.at(red);
+            res = check_declared(jc, got, mine, red, check_options_of(candidates[i]->info().caps));
             if (opt.diagnose && res.verdict == Verdict::failed) {
               const auto d0 = std::chrono::steady_clock::now();
               res.diagnosis = diagnose(jc, got, allow);
@@ -291,6 +306,7 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
   run.info.name = "outputs:" + opt.outputs;
   run.info.description = "outputs file " + opt.outputs;
   run.info.caps.flush_subnormal_outputs = opt.outputs_flush_subnormals;
+  if (opt.reduction) run.info.caps.reduction = *opt.reduction;
   const auto& fids = fixtures.case_ids();
   for (const auto& id : outputs.case_ids())
     if (!std::binary_search(fids.begin(), fids.end(), id))
@@ -354,8 +370,8 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
         res.outputs.push_back(o);
       }
     } else {
-      const auto allow = derive_allowances(fc.c);
-      res = check_case(fc, got, allow, check_options_of(run.info.caps));
+      const auto allow = derive_allowances(fc.c, run.info.caps.reduction);
+      res = check_declared(fc, got, allow, run.info.caps.reduction, check_options_of(run.info.caps));
       if (opt.diagnose && res.verdict == Verdict::failed) {
         res.diagnosis = diagnose(fc, got, allow);
         res.diagnosed = true;
@@ -388,6 +404,7 @@ std::string results_json(const CandidateRun& run, const ResultsContext& ctx) {
   const auto& in = run.info;
   Json cand{{"spec", in.name}, {"kind", name_of(in.kind)}, {"description", in.description}, {"device", in.caps.device}};
   if (in.caps.flush_subnormal_outputs) cand["flush_subnormal_outputs"] = true;
+  if (!in.caps.reduction.is_any()) cand["reduction"] = name_of(in.caps.reduction);
   if (in.kind == CandidateKind::mutant) {
     cand["fault_class"] = in.fault_class;
     cand["fault"] = in.fault;
