@@ -36,7 +36,7 @@ std::vector<double> exact_rows(std::int64_t rows, std::int64_t n, double mean, s
   return x;
 }
 
-enum class Kernel { sequential, pairwise16, kahan, f64, welford, unbiased, mean_over_n_minus_1 };
+enum class Kernel { sequential, pairwise16, kahan, f64, welford, unbiased, mean_over_n_minus_1 };  // kahan: Neumaier; welford: Chan-merged halves
 
 float pairwise16(const float* v, std::size_t n) {
   if (n <= 16) {
@@ -46,15 +46,15 @@ float pairwise16(const float* v, std::size_t n) {
   }
   return pairwise16(v, n / 2) + pairwise16(v + n / 2, n - n / 2);
 }
-float kahan(const std::vector<float>& v) {
+// Neumaier's compensated sum (Kahan's, robust to terms larger than the running sum).
+float neumaier(const std::vector<float>& v) {
   float s = 0, c = 0;
   for (float x : v) {
-    const float y = x - c;
-    const float t = s + y;
-    c = (t - s) - y;
+    const float t = s + x;
+    c += std::fabs(s) >= std::fabs(x) ? (s - t) + x : (x - t) + s;
     s = t;
   }
-  return s;
+  return s + c;
 }
 
 // LayerNorm forward without affine, float32 compute, float32 outputs.
@@ -89,9 +89,9 @@ Outputs layernorm(const ref::Case& c, Kernel k) {
         var = pairwise16(d.data(), d.size()) / nf;
         break;
       case Kernel::kahan:
-        mean = kahan(h) / nf;
+        mean = neumaier(h) / nf;
         sq();
-        var = kahan(d) / nf;
+        var = neumaier(d) / nf;
         break;
       case Kernel::f64: {
         double s = 0, s2 = 0;
@@ -102,13 +102,20 @@ Outputs layernorm(const ref::Case& c, Kernel k) {
         break;
       }
       case Kernel::welford: {
-        float m2 = 0;
+        // Two halves by Welford's updates, merged by Chan's formula.
+        float ma = 0, mb = 0, sa = 0, sb = 0;
+        const std::int64_t half = n / 2;
         for (std::int64_t j = 0; j < n; ++j) {
-          const float delta = h[j] - mean;
-          mean += delta / static_cast<float>(j + 1);
-          m2 += delta * (h[j] - mean);
+          float& m = j < half ? ma : mb;
+          float& s2 = j < half ? sa : sb;
+          const float cnt = static_cast<float>(j < half ? j + 1 : j - half + 1);
+          const float before = m;
+          m += (h[j] - before) / cnt;
+          s2 += (h[j] - before) * (h[j] - m);
         }
-        var = m2 / nf;
+        const float delta = mb - ma, fa = static_cast<float>(half), fb = static_cast<float>(n - half);
+        mean = ma + delta * (fb / nf);
+        var = (sa + sb + delta * delta * (fa * fb / nf)) / nf;
         break;
       }
     }
