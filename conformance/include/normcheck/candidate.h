@@ -108,8 +108,8 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
 #define NC_REDUCTION_ANY 0u            /* every correct algorithm (two-pass, Welford, any order) */
 #define NC_REDUCTION_TWO_PASS 1u       /* sum / n, then the sum of squared deviations; any order */
 #define NC_REDUCTION_WELFORD 2u        /* Welford's running statistics, sequential or chunked with Chan merges */
-#define NC_REDUCTION_PAIRWISE 3u       /* two-pass; groups of <= reduction_block terms, then a balanced tree */
-#define NC_REDUCTION_BLOCKED 4u        /* two-pass; groups of <= reduction_block terms, group sums in any order */
+#define NC_REDUCTION_PAIRWISE 3u       /* two-pass; groups of <= block terms, then a balanced tree */
+#define NC_REDUCTION_BLOCKED 4u        /* two-pass; groups of <= block terms, group sums in any order */
 #define NC_REDUCTION_ACCUMULATE_F64 5u /* every sum accumulated in binary64 (two-pass or Welford) */
 
 /* A strided host tensor. strides are in elements, non-negative, and need not be dense (the host

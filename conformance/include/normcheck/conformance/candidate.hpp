@@ -42,7 +42,7 @@ struct Capabilities {
   bool flush_subnormal_outputs = false;
   // The candidate returns no mean/rstd (candidate.h NC_CAP_NO_STATISTICS): they are not judged.
   bool no_statistics = false;
-  // How its sums are formed (candidate.h nc_candidate.reduction; TOLERANCE.md, section 9): `any`
+  // How its sums are formed (candidate.h NC_CAP_REDUCTION; TOLERANCE.md, section 9): `any`
   // holds it to every correct algorithm; a narrower class to that class's (smaller) bound.
   Reduction reduction;
   std::string device = "cpu";
