@@ -9,7 +9,13 @@ CaseResult check_declared(const fix::FixtureCase& fc, const Outputs& got,
                           const std::map<std::string, OutputAllowance>& allow, const Reduction& red,
                           const CheckOptions& opt) {
   CaseResult res = check_case(fc, got, allow, opt);
-  if (red.is_any() || res.verdict != Verdict::failed) return res;
+  explain_declared(res, fc, got, red, opt);
+  return res;
+}
+
+void explain_declared(CaseResult& res, const fix::FixtureCase& fc, const Outputs& got, const Reduction& red,
+                      const CheckOptions& opt) {
+  if (red.is_any() || res.verdict != Verdict::failed) return;
   const CaseResult plain = check_case(fc, got, derive_allowances(fc.c), opt);
   for (auto& o : res.outputs) {
     if (o.verdict != Verdict::failed) continue;
@@ -26,7 +32,6 @@ CaseResult check_declared(const fix::FixtureCase& fc, const Outputs& got,
                              "reduction class {})",
                              o.reason, name_of(red));
   }
-  return res;
 }
 
 }  // namespace normcheck::conf

@@ -18,5 +18,9 @@ namespace normcheck::conf {
 CaseResult check_declared(const fix::FixtureCase& fc, const Outputs& got,
                           const std::map<std::string, OutputAllowance>& allow, const Reduction& red,
                           const CheckOptions& opt = {});
+// The second half of check_declared, for a result `res` that check_case already made under the
+// class's allowances: nothing when `red` is `any` or nothing FAILED.
+void explain_declared(CaseResult& res, const fix::FixtureCase& fc, const Outputs& got, const Reduction& red,
+                      const CheckOptions& opt = {});
 
 }  // namespace normcheck::conf
