@@ -27,6 +27,7 @@ struct PropArgs {
   std::uint64_t seed = 1;
   bool force = false, isolate = false, list = false, no_shrink = false;
   bool allow_empty = false;  // every property UNSUPPORTED may exit 0
+  std::string reduction;     // --reduction CLASS
   double timeout = 0;
 };
 
@@ -70,6 +71,15 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
       return kExitBadInput;
     }
   }
+  std::optional<conf::Reduction> reduction;
+  if (!a.reduction.empty()) {
+    try {
+      reduction = conf::parse_reduction(a.reduction);
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "normcheck: --reduction: {}\n", e.what());
+      return kExitBadInput;
+    }
+  }
   std::unique_ptr<conf::Candidate> cand;
   try {
     conf::SpecOptions so;
@@ -84,7 +94,8 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
   std::string command = "normcheck";
   for (const auto& w : argv_all) command += " " + quote(w);
   const std::string isolation =
-      (a.isolate ? " --isolate" : "") + (a.timeout > 0 ? fmt::format(" --timeout {}", a.timeout) : std::string());
+      (a.isolate ? " --isolate" : "") + (a.timeout > 0 ? fmt::format(" --timeout {}", a.timeout) : std::string()) +
+      (a.reduction.empty() ? std::string() : " --reduction " + quote(a.reduction));
   auto base_command = [&](const std::string& name) {
     return fmt::format("normcheck prop --candidate {}{} --properties {} --seed {} --tests {} --max-size {}{}",
                        quote(a.candidate), isolation, name, a.seed, a.tests, a.max_size,
@@ -105,6 +116,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     opt.max_hidden = a.max_hidden;
     opt.reproduce = a.reproduce;
     opt.shrink = !a.no_shrink;
+    opt.reduction = reduction;
     int last_logged = 0;
     if (tty)
       opt.progress = [&](int tests, int shrinks) {
@@ -264,6 +276,9 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
                                          "relations, shrunk counterexamples as fixtures");
   cmd->add_option("--candidate", a->candidate, "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...'");
   cmd->add_option("--properties", a->globs, "Only properties whose name matches this glob (repeatable)");
+  cmd->add_option("--reduction", a->reduction,
+                  "Judge under this reduction class instead of the candidate's declaration: any, two_pass, welford, "
+                  "pairwise:B, blocked:B or accumulate_f64 (conformance/TOLERANCE.md, section 9)");
   cmd->add_option("--tests", a->tests, "Successful tests per property (default 100)");
   cmd->add_option("--seed", a->seed, "RapidCheck seed (default 1: the same run every time)");
   cmd->add_option("--max-size", a->max_size, "RapidCheck's size limit; sizes grow towards it (default 100)");

@@ -24,6 +24,7 @@ struct RunArgs {
   bool no_diagnosis = false;
   bool allow_empty = false;  // a run that checked nothing may exit 0
   bool flush_subnormals = false;  // check: the outputs' producer flushes subnormal outputs
+  std::string reduction;  // --reduction CLASS: judge every candidate under this class
   double timeout = 0, startup_timeout = 0;
   int threads = 0, max_print = 20;
   ReportFlags report;  // --junit, --markdown, --html, --summary-json
@@ -46,10 +47,11 @@ std::string caps_text(const conf::Capabilities& c) {
   for (auto d : c.directions) dirs += (dirs.empty() ? "" : ",") + std::string(ref::name_of(d));
   std::string contracts;
   for (const auto& s : c.contracts) contracts += (contracts.empty() ? "" : ",") + s;
-  return fmt::format("{} | {} | compute {} | {} | contracts {}{}{}{}{} | {}", ops, dts, cts, dirs, contracts,
+  return fmt::format("{} | {} | compute {} | {} | contracts {}{}{}{}{}{} | {}", ops, dts, cts, dirs, contracts,
                      c.residual ? " | residual" : "", c.blocks ? " | blocks" : "",
                      c.general_axes ? " | any axes" : " | last axis",
-                     c.flush_subnormal_outputs ? " | flushes subnormal outputs" : "", c.device);
+                     c.flush_subnormal_outputs ? " | flushes subnormal outputs" : "",
+                     c.reduction.is_any() ? std::string() : " | reduction " + conf::name_of(c.reduction), c.device);
 }
 
 int run_list(const RunArgs& a) {
@@ -70,6 +72,7 @@ int run_list(const RunArgs& a) {
       caps["weight_offset"] = c.weight_offset;
       caps["batch_dependent_order"] = c.batch_dependent_order;
       caps["flush_subnormal_outputs"] = c.flush_subnormal_outputs;
+      caps["reduction"] = conf::name_of(c.reduction);
       caps["device"] = c.device;
       nlohmann::ordered_json item{{"name", e.info.name},
                                   {"kind", conf::name_of(e.info.kind)},
@@ -234,15 +237,24 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   opt.fixtures = a.fixtures;
   opt.outputs = a.outputs;
   opt.outputs_flush_subnormals = a.flush_subnormals;
+  if (!a.reduction.empty()) {
+    try {
+      opt.reduction = conf::parse_reduction(a.reduction);
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "normcheck: --reduction: {}\n", e.what());
+      return kExitBadInput;
+    }
+  }
   opt.case_globs = a.cases;
   opt.threads = a.threads;
   opt.diagnose = !a.no_diagnosis;
   // The one-line command that reruns one case the way this run ran it.
+  const std::string declared = a.reduction.empty() ? std::string() : " --reduction " + quote(a.reduction);
   auto repro = [&](const std::string& spec, const std::string& id) {
     if (offline)
-      return fmt::format("normcheck check --fixtures {} --outputs {} --cases {}", quote(a.fixtures), quote(a.outputs),
-                         quote(id));
-    std::string isolation = a.isolate ? " --isolate" : "";
+      return fmt::format("normcheck check --fixtures {} --outputs {} --cases {}{}", quote(a.fixtures), quote(a.outputs),
+                         quote(id), declared);
+    std::string isolation = (a.isolate ? " --isolate" : "") + declared;
     if (a.timeout > 0) isolation += fmt::format(" --timeout {}", a.timeout);
     return fmt::format("normcheck run --candidate {}{} --fixtures {} --cases {}", quote(spec), isolation,
                        quote(a.fixtures), quote(id));
@@ -346,6 +358,9 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
     cmd->add_option("--max-print", a->max_print, "Failing cases printed per candidate (default 20)");
     add_report_flags(cmd, a->report);
     cmd->add_flag("--no-diagnosis", a->no_diagnosis, "Do not run the diagnosis panel on failing cases");
+    cmd->add_option("--reduction", a->reduction,
+                    "Judge under this reduction class instead of the candidate's declaration: any, two_pass, welford, "
+                    "pairwise:B, blocked:B or accumulate_f64 (conformance/TOLERANCE.md, section 9)");
     cmd->add_flag("--allow-empty", a->allow_empty, "Exit 0 even when nothing was checked (no case matched --cases, or "
                                                    "a candidate declined every case)");
   };

@@ -386,6 +386,19 @@ CandidateInfo info_of(const nc_candidate& d, std::string name, CandidateKind kin
   caps.batch_dependent_order = d.flags & NC_CAP_BATCH_DEPENDENT_ORDER;
   caps.flush_subnormal_outputs = d.flags & NC_CAP_FLUSH_SUBNORMAL_OUTPUTS;
   caps.no_statistics = d.flags & NC_CAP_NO_STATISTICS;
+  if (const std::uint32_t cls = NC_CAP_REDUCTION_CLASS(d.flags); cls != NC_REDUCTION_ANY || NC_CAP_REDUCTION_BLOCK(d.flags)) {
+    // An invalid class is a bad plugin, said at load time (parse_reduction names the problem).
+    constexpr const char* kNames[] = {"any", "two_pass", "welford", "pairwise", "blocked", "accumulate_f64"};
+    if (cls > NC_REDUCTION_ACCUMULATE_F64)
+      throw std::invalid_argument(fmt::format("plugin {}: unknown reduction class {} (NC_REDUCTION_*)", info.name, cls));
+    const bool blocked = cls == NC_REDUCTION_PAIRWISE || cls == NC_REDUCTION_BLOCKED;
+    const std::uint32_t block = NC_CAP_REDUCTION_BLOCK(d.flags);
+    try {
+      caps.reduction = parse_reduction(blocked || block ? fmt::format("{}:{}", kNames[cls], block) : std::string(kNames[cls]));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("plugin {}: {}", info.name, e.what()));
+    }
+  }
   caps.device = d.device && *d.device ? d.device : "cpu";
   return info;
 }

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normcheck/fixtures/error.hpp"
+#include "normcheck/judge/declared.hpp"
 #include "normcheck/version.hpp"
 
 namespace normcheck::conf {
@@ -183,7 +184,17 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
                                          const RunOptions& opt) {
   fix::FixtureReader reader(opt.fixtures);
   std::vector<CandidateRun> runs(candidates.size());
-  for (std::size_t i = 0; i < candidates.size(); ++i) runs[i].info = candidates[i]->info();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    runs[i].info = candidates[i]->info();
+    if (opt.reduction) runs[i].info.caps.reduction = *opt.reduction;
+  }
+  // The declared reduction classes other than `any` (TOLERANCE.md, section 9): each gets its own
+  // allowances, derived once per case.
+  std::vector<Reduction> classes;
+  for (const auto& r : runs)
+    if (!r.info.caps.reduction.is_any() &&
+        std::find(classes.begin(), classes.end(), r.info.caps.reduction) == classes.end())
+      classes.push_back(r.info.caps.reduction);
   std::vector<std::string> ids;
   for (const auto& id : reader.case_ids())
     if (selected(id, opt.case_globs)) ids.push_back(id);
@@ -207,11 +218,13 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
   for (std::size_t ci = 0; ci < ids.size(); ++ci) {
     const std::string& id = ids[ci];
     fix::FixtureCase fc;
-    std::map<std::string, OutputAllowance> allow;
+    std::map<std::string, OutputAllowance> allow_any;  // any correct algorithm
+    std::map<Reduction, std::map<std::string, OutputAllowance>> declared;
     try {
       fc = next.get();
       if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
-      allow = derive_allowances(fc.c);
+      allow_any = derive_allowances(fc.c);
+      for (const auto& r : classes) declared[r] = derive_allowances(fc.c, r);
     } catch (const std::exception& e) {
       for (auto& r : runs) r.error = fmt::format("stopped at case {}: {}", id, e.what());
       if (next.valid()) next.wait();
@@ -233,6 +246,9 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
             const Outputs got = candidates[i]->run(fc.c);
             const auto judged = judged_outputs(fc, candidates[i]->info().caps);
             const fix::FixtureCase& jc = judged ? *judged : fc;
+            // Judged under its reduction class (TOLERANCE.md, section 9): the class's allowances.
+            const Reduction& red = runs[i].info.caps.reduction;
+            const auto& allow = red.is_any() ? allow_any : declared.at(red);
             res = check_case(jc, got, allow, check_options_of(candidates[i]->info().caps));
             if (opt.diagnose && diagnosable(res)) {
               const auto d0 = std::chrono::steady_clock::now();
@@ -240,6 +256,7 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
               res.diagnosed = true;
               diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
             }
+            explain_declared(res, jc, got, red, check_options_of(candidates[i]->info().caps));
           }
         } catch (const CandidateDeclined& e) {
           res.verdict = Verdict::unsupported;
@@ -292,6 +309,7 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
   run.info.name = "outputs:" + opt.outputs;
   run.info.description = "outputs file " + opt.outputs;
   run.info.caps.flush_subnormal_outputs = opt.outputs_flush_subnormals;
+  if (opt.reduction) run.info.caps.reduction = *opt.reduction;
   const auto& fids = fixtures.case_ids();
   for (const auto& id : outputs.case_ids())
     if (!std::binary_search(fids.begin(), fids.end(), id))
@@ -355,12 +373,14 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
         res.outputs.push_back(o);
       }
     } else {
-      const auto allow = derive_allowances(fc.c);
+      const auto allow = derive_allowances(fc.c, run.info.caps.reduction);
       res = check_case(fc, got, allow, check_options_of(run.info.caps));
       if (opt.diagnose && diagnosable(res)) {
         res.diagnosis = diagnose(fc, got, allow);
         res.diagnosed = true;
       }
+      // A declared class that the outputs violate, where `any` would pass them, says so.
+      explain_declared(res, fc, got, run.info.caps.reduction, check_options_of(run.info.caps));
     }
     describe_case(res, fc);
     tally(run, res);
@@ -389,6 +409,7 @@ std::string results_json(const CandidateRun& run, const ResultsContext& ctx) {
   const auto& in = run.info;
   Json cand{{"spec", in.name}, {"kind", name_of(in.kind)}, {"description", in.description}, {"device", in.caps.device}};
   if (in.caps.flush_subnormal_outputs) cand["flush_subnormal_outputs"] = true;
+  if (!in.caps.reduction.is_any()) cand["reduction"] = name_of(in.caps.reduction);
   if (in.kind == CandidateKind::mutant) {
     cand["fault_class"] = in.fault_class;
     cand["fault"] = in.fault;

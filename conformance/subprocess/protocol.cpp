@@ -276,6 +276,7 @@ json capabilities_json(const Capabilities& caps) {
           {"batch_dependent_order", caps.batch_dependent_order},
           {"flush_subnormal_outputs", caps.flush_subnormal_outputs},
           {"no_statistics", caps.no_statistics},
+          {"reduction", name_of(caps.reduction)},
           {"device", caps.device}};
 }
 
@@ -303,6 +304,14 @@ Capabilities capabilities_from_json(const json& j) {
   flag("batch_dependent_order", caps.batch_dependent_order);
   flag("flush_subnormal_outputs", caps.flush_subnormal_outputs);
   flag("no_statistics", caps.no_statistics);
+  if (auto it = j.find("reduction"); it != j.end()) {
+    if (!it->is_string()) throw ProtocolError("capabilities.reduction must be a string such as \"pairwise:128\"");
+    try {
+      caps.reduction = parse_reduction(it->get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw ProtocolError(fmt::format("capabilities.reduction: {}", e.what()));
+    }
+  }
   if (auto it = j.find("device"); it != j.end()) {
     if (!it->is_string()) throw ProtocolError("capabilities.device must be a string");
     caps.device = it->get<std::string>();

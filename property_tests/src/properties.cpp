@@ -13,6 +13,7 @@
 
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/judge/declared.hpp"
 #include "normcheck/properties/properties.hpp"
 #include "normcheck/reference/evaluate.hpp"
 #include "property_support.hpp"
@@ -37,12 +38,13 @@ fix::FixtureCase reference_case(const ref::Case& c, const std::string& id) {
 conf::CaseResult agreement_of(const Context& ctx, const ref::Case& c, const conf::Outputs& got) {
   const auto fc = reference_case(c, "prop");
   const auto judged = conf::judged_outputs(fc, ctx.cand.info().caps);
-  return conf::check_case(judged ? *judged : fc, got, conf::derive_allowances(c), conf::check_options_of(ctx.cand.info().caps));
+  return conf::check_declared(judged ? *judged : fc, got, conf::derive_allowances(c, ctx.reduction), ctx.reduction,
+                              conf::check_options_of(ctx.cand.info().caps));
 }
 
 std::map<std::string, conf::OutputAllowance> allowances_of(const Context& ctx, const ref::Case& c,
                                                            const conf::Outputs& got) {
-  auto allow = conf::derive_allowances(c);
+  auto allow = conf::derive_allowances(c, ctx.reduction);
   if (ctx.cand.info().caps.flush_subnormal_outputs) conf::widen_for_flushed_zeros(allow, got);
   return allow;
 }

@@ -66,7 +66,8 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
   std::optional<Failure> last;
   CaseLimits lim;
   lim.max_hidden = opt.max_hidden;
-  Context ctx{cand, lim, &last, &r.flushed_tests, &r.flushed_elements};
+  Context ctx{cand, lim, &last, &r.flushed_tests, &r.flushed_elements,
+              opt.reduction.value_or(cand.info().caps.reduction)};
   rc::detail::TestParams params;
   params.seed = opt.seed;
   params.maxSuccess = opt.tests;

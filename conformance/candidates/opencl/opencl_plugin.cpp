@@ -376,7 +376,10 @@ constexpr nc_candidate kCandidate = {
     (1u << NC_FLOAT32) | (1u << NC_FLOAT64),
     (1u << NC_FORWARD) | (1u << NC_BACKWARD),
     "exact,llama,gemma,te,te_wdtype,onnx,fused_add_lowp",
-    NC_CAP_RESIDUAL | NC_CAP_GENERAL_AXES | NC_CAP_WEIGHT_OFFSET,
+    // two_pass (conformance/TOLERANCE.md, section 9), read from opencl_kernels.hpp: row_stats sums
+    // h, then (h - mean)^2, each over strided work-items and a local-memory tree; the column sums
+    // run over rows in order. Measured: 0 FAILED over the ci tier under it.
+    NC_CAP_RESIDUAL | NC_CAP_GENERAL_AXES | NC_CAP_WEIGHT_OFFSET | NC_CAP_REDUCTION(NC_REDUCTION_TWO_PASS, 0),
     "opencl",
     init,
     fini,

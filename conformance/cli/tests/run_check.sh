@@ -105,6 +105,16 @@ with h5py.File(fx) as f:
         a.create_dataset("cases/not_a_case/outputs/y", data=[1.0])
 PY
 expect check-perfect 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --json "$tmp/c.json"
+# A declared reduction class (conformance/TOLERANCE.md, section 9): the certified values conform
+# under every class (the decided final rounding included); a bad class is a usage error.
+for r in two_pass welford pairwise:8 blocked:8 accumulate_f64; do
+  expect "check-perfect-$r" 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --reduction "$r"
+done
+expect reduction-unknown 2 "unknown reduction class 'kahan'" -- run --candidate builtin:cpu_two_pass --fixtures "$fx" --reduction kahan
+expect reduction-no-block 2 "needs a block size" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --reduction pairwise
+expect prop-reduction-unknown 2 "unknown reduction class" -- prop --candidate builtin:cpu_two_pass --reduction nope
+expect reduction-declared 0 "" -- run --candidate builtin:cpu_two_pass --fixtures "$fx" --reduction two_pass --json "$tmp/rd.json"
+grep -q '"reduction": "two_pass"' "$tmp/rd.json" && ok || bad "reduction-declared: candidate.reduction missing from the results file"
 expect check-partial 1 "" -- check --fixtures "$fx" --outputs "$tmp/partial.h5"
 grep -q "MISSING" "$tmp/out" && ok || bad "MISSING in the table"
 expect check-shape 1 "" -- check --fixtures "$fx" --outputs "$tmp/shape.h5" --verbose

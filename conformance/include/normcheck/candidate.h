@@ -95,6 +95,23 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
  * rejected. `description` should name its fault. Added within ABI version 1. */
 #define NC_CAP_INTENDED_MUTANT 0x100u
 
+/* The reduction class (bits 16-18 of nc_candidate.flags) and its block size (bits 20-31): how
+ * the kernel forms its sums, the row statistics (mean, variance or mean square) and the backward's
+ * sums over a row and over rows. A kernel held to a narrower class gets that class's smaller bound
+ * (conformance/TOLERANCE.md, section 9), and one whose outputs violate it FAILS with a reason saying
+ * the declaration is what failed. Set them with NC_CAP_REDUCTION(NC_REDUCTION_PAIRWISE, 16). The
+ * numbers are part of the ABI. Added within ABI version 1: a plugin that leaves these bits 0 is
+ * NC_REDUCTION_ANY, as before. */
+#define NC_CAP_REDUCTION(cls, block) ((((cls) & 0x7u) << 16) | (((block) & 0xfffu) << 20))
+#define NC_CAP_REDUCTION_CLASS(flags) (((flags) >> 16) & 0x7u)
+#define NC_CAP_REDUCTION_BLOCK(flags) (((flags) >> 20) & 0xfffu) /* PAIRWISE / BLOCKED: 1..4095 */
+#define NC_REDUCTION_ANY 0u            /* every correct algorithm (two-pass, Welford, any order) */
+#define NC_REDUCTION_TWO_PASS 1u       /* sum / n, then the sum of squared deviations; any order */
+#define NC_REDUCTION_WELFORD 2u        /* Welford's running statistics, sequential or chunked with Chan merges */
+#define NC_REDUCTION_PAIRWISE 3u       /* two-pass; groups of <= block terms, then a balanced tree */
+#define NC_REDUCTION_BLOCKED 4u        /* two-pass; groups of <= block terms, group sums in any order */
+#define NC_REDUCTION_ACCUMULATE_F64 5u /* every sum accumulated in binary64 (two-pass or Welford) */
+
 /* A strided host tensor. strides are in elements, non-negative, and need not be dense (the host
  * may pass padded, offset or permuted inputs: `normcheck prop`'s memory_layout_invariance passes
  * rows padded with NaN, tensors starting 64-256 bytes into their buffer, and column-major

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <utility>
 
 #include "normcheck/reference/outputs.hpp"
 #include "normcheck/reference/contract.hpp"
@@ -26,6 +28,8 @@ const BoundConstants kBounds{
                        // |x_k - M_{k-1}| <= 3 rms(d) in the product rule (TOLERANCE.md, 3.2)
     /*sqrt_div=*/4.0,  // 2 ulp: correctly rounded sqrt + division, or CUDA rsqrtf (2 ulp)
     /*mistrust=*/0.5,  // a bound of half the row's standard deviation on x-hat means nothing
+    /*f64_result=*/1.0,   // a binary64 sum rounded once into the compute dtype (TOLERANCE.md, 9)
+    /*exact_round=*/1.0,  // an exact sum of squares divided by n = 2^k: exact; one rounding of margin
 };
 
 namespace {
@@ -129,7 +133,7 @@ std::map<std::string, OutputAllowance> Model::derive() {
         }
         const double yv = mul + bias[j];
         const double e_y = e_mul + e_bias[j] + (b_ ? cp_.u * std::fabs(yv) + cp_.eta : 0.0);
-        y.abs[k] = final_allowance(yv, e_y, c_.dtype_out);
+        y.abs[k] = final_out(yv, e_y, m.slack_xhat(j) * std::fabs(scale_fwd[j]) + slack_of(std::fabs(yv), 3), c_.dtype_out);
       }
       if (!m.finite) {
         if (ln) out.at("mean").nan_ok[row] = 1;
@@ -137,11 +141,11 @@ std::map<std::string, OutputAllowance> Model::derive() {
       }
       if (ln) out.at("mean").abs[row] = !m.finite  ? ieee_allowance(c_.dtype_compute)
                                         : m.overflow_mean ? kNaN
-                                                     : final_allowance(m.mean, m.e_mean, c_.dtype_compute);
+                                                     : final_out(m.mean, m.e_mean, slack_of(m.A, static_cast<double>(n)), c_.dtype_compute);
       out.at("rstd").abs[row] = !m.finite ? ieee_allowance(c_.dtype_compute)
                                 : m.e_q_rel >= kBounds.mistrust || m.overflow
                                     ? kNaN
-                                    : final_allowance(m.rstd, m.rstd * m.e_rstd_rel, c_.dtype_compute);
+                                    : final_out(m.rstd, m.rstd * m.e_rstd_rel, slack_of(m.rstd * (std::isfinite(m.kappa) ? m.kappa * m.kappa : 1.0), 2.0 * static_cast<double>(n) + 8), c_.dtype_compute);
       if (r_) {
         auto& ro = out.at("residual_out");
         for (std::int64_t j = 0; j < n; ++j) {
@@ -193,9 +197,56 @@ std::map<std::string, OutputAllowance> Model::derive() {
 
 }  // namespace tol
 
-std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c) {
-  tol::Model m(c);
-  return c.block != ref::Block::none ? m.derive_block() : m.derive();
+std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c, const Reduction& red) {
+  // Residual blocks are held to `any`: their FFN products are not the norm's reductions
+  // (TOLERANCE.md, section 9).
+  if (c.block != ref::Block::none) return tol::Model(c).derive_block();
+  return tol::Model(c, red).derive();
+}
+
+std::string name_of(const Reduction& r) {
+  switch (r.kind) {
+    case ReductionKind::any: return "any";
+    case ReductionKind::two_pass: return "two_pass";
+    case ReductionKind::welford: return "welford";
+    case ReductionKind::pairwise: return fmt::format("pairwise:{}", r.block);
+    case ReductionKind::blocked: return fmt::format("blocked:{}", r.block);
+    case ReductionKind::accumulate_f64: return "accumulate_f64";
+  }
+  return "any";
+}
+
+Reduction parse_reduction(std::string_view s) {
+  const auto colon = s.find(':');
+  const std::string_view name = s.substr(0, colon);
+  const std::string_view arg = colon == std::string_view::npos ? std::string_view{} : s.substr(colon + 1);
+  const bool has_arg = colon != std::string_view::npos;
+  static constexpr std::pair<std::string_view, ReductionKind> kNames[] = {
+      {"any", ReductionKind::any},           {"two_pass", ReductionKind::two_pass},
+      {"welford", ReductionKind::welford},   {"pairwise", ReductionKind::pairwise},
+      {"blocked", ReductionKind::blocked},   {"accumulate_f64", ReductionKind::accumulate_f64}};
+  for (const auto& [n, k] : kNames) {
+    if (n != name) continue;
+    const bool blocked = k == ReductionKind::pairwise || k == ReductionKind::blocked;
+    if (!blocked) {
+      if (has_arg)
+        throw std::invalid_argument(fmt::format("reduction class '{}' takes no block size (got '{}')", n, s));
+      return Reduction{k, 0};
+    }
+    if (!has_arg || arg.empty())
+      throw std::invalid_argument(
+          fmt::format("reduction class '{}' needs a block size: '{}:B', B the most terms a group holds", n, n));
+    std::int64_t b = 0;
+    for (char ch : arg) {
+      if (ch < '0' || ch > '9' || b > (std::int64_t{1} << 40))
+        throw std::invalid_argument(fmt::format("reduction class '{}': block size '{}' is not a positive integer", s, arg));
+      b = b * 10 + (ch - '0');
+    }
+    if (b < 1) throw std::invalid_argument(fmt::format("reduction class '{}': block size must be >= 1", s));
+    return Reduction{k, b};
+  }
+  throw std::invalid_argument(fmt::format(
+      "unknown reduction class '{}' (any, two_pass, welford, pairwise:B, blocked:B, accumulate_f64)", s));
 }
 
 }  // namespace normcheck::conf

@@ -102,10 +102,52 @@ struct RowModel {
   }
 };
 
+// Exponent of the lowest set bit of a finite non-zero v: v is an integer multiple of 2^lowbit(v).
+inline int lowbit_exp(double v) {
+  int e = 0;
+  const double m = std::frexp(std::fabs(v), &e);  // v = m 2^e, 0.5 <= m < 1
+  auto k = static_cast<std::uint64_t>(std::ldexp(m, 53));
+  int tz = 0;
+  while ((k & 1u) == 0) {
+    k >>= 1;
+    ++tz;
+  }
+  return e - 53 + tz;
+}
+
+// Section 9: whether every partial sum of the terms t (exact values of the compute dtype), in
+// any order and any grouping, is exact in a dtype of `precision` bits whose smallest subnormal is
+// 2^q_min: the terms are multiples of a common 2^e with e >= q_min and sum |t| < 2^(precision + e).
+// `scale_exp` > 0 also asks it of the terms scaled by 2^-scale_exp (a kernel that divides each term
+// by n = 2^scale_exp before summing). Our own binary64 sums of such terms are exact as well.
+struct ExactSum {
+  bool exact = false;
+  int e = 0;  // the common power of two (meaningless when every term is 0)
+  double sum = 0, sum_abs = 0;
+};
+inline ExactSum exact_sum(const std::vector<double>& t, int precision, int q_min, int scale_exp) {
+  ExactSum r;
+  int e = std::numeric_limits<int>::max();
+  for (double v : t) {
+    if (!std::isfinite(v)) return r;
+    if (v != 0) e = std::min(e, lowbit_exp(v));
+    r.sum_abs += std::fabs(v);
+  }
+  if (e == std::numeric_limits<int>::max()) {  // all zero
+    r.exact = true;
+    return r;
+  }
+  r.e = e;
+  if (e - scale_exp < q_min || !(r.sum_abs < std::ldexp(1.0, precision + e))) return r;
+  for (double v : t) r.sum += v;  // exact: each partial sum is a multiple of 2^e below 2^(53+e)
+  r.exact = true;
+  return r;
+}
+
 class Model {
  public:
-  explicit Model(const ref::Case& c)
-      : c_(c), g_(ref::geometry_of(c)), pts_(ref::resolve_points(c)) {
+  explicit Model(const ref::Case& c, const Reduction& red = {})
+      : c_(c), g_(ref::geometry_of(c)), pts_(ref::resolve_points(c)), red_(red) {
     const DType ct = c.dtype_compute;
     const auto f = ref::format_of(ct);
     // eta: one full subnormal spacing per rounding (twice the half-spacing a correctly rounded
@@ -130,6 +172,60 @@ class Model {
 
  private:
   static constexpr double kGeluEval = 8;  // TOLERANCE.md, The table
+
+  // Section 9: the declared reduction class. Depth of a sum of n terms: the most roundings any
+  // term goes through (Higham, eq. 4.3: the error is <= sum |t_i| gamma(depth_i)).
+  double depth(double n) const {
+    const double b = std::min(static_cast<double>(std::max<std::int64_t>(red_.block, 1)), n);
+    const double groups = std::ceil(n / b);
+    double d = n - 1;
+    if (red_.kind == ReductionKind::pairwise) d = (b - 1) + std::ceil(std::log2(groups));
+    if (red_.kind == ReductionKind::blocked) d = (b - 1) + (groups - 1);
+    return std::min(d, n - 1);
+  }
+  // The relative bound of a sum of n terms followed by `extra` roundings (a division, a square,
+  // a subtraction), against the sum of |terms|: section 3's gamma(n + extra) for the classes whose
+  // sums are in any order (`any`, `two_pass`, `welford`: exactly today's term), gamma(depth + 1 +
+  // extra) for a pairwise or blocked order, and for binary64 accumulation binary64's gamma plus
+  // the one rounding of the result into the compute dtype (kBounds.f64_result).
+  double sum_gam(double n, double extra) const {
+    switch (red_.kind) {
+      case ReductionKind::pairwise:
+      case ReductionKind::blocked: return cp_.gam(depth(n) + 1 + extra);
+      case ReductionKind::accumulate_f64: {
+        const double ku = (n + extra) * std::ldexp(1.0, -53);
+        return (ku >= 0.5 ? kInf : ku / (1 - ku)) + kBounds.f64_result * cp_.u;
+      }
+      default: return cp_.gam(n + extra);
+    }
+  }
+  // Section 9.4, the final rounding decided: where the computed value (within e of the exact v)
+  // cannot cross a rounding boundary of t, a correct kernel returns round(v) itself, so the
+  // allowance is that rounding's own error |round(v) - v| (plus `slack`, our binary64 error of v,
+  // and the binary64 rounding of the certified value); elsewhere section 2's e + half an ulp.
+  // Only for a declared class: `any` keeps today's allowances exactly.
+  double final_out(double v, double e, double slack, DType t) const {
+    if (red_.is_any() || !std::isfinite(e) || !std::isfinite(v)) return final_allowance(v, e, t);
+    const double r = ref::round_to(v, t);
+    if (std::isfinite(r)) {
+      const auto gap = ref::rounding_gap(r, t);
+      const double dist = std::min(v - (r - gap.below), (r + gap.above) - v);
+      // + (n + 8) 2^-50 |v|: a margin on our binary64 row statistics (a sum of n terms) beyond
+      // `slack`, and the binary64 rounding of the certified value.
+      const double s = slack + std::ldexp(std::fabs(v) * (static_cast<double>(g_.cols) + 8), -50);
+      if (dist > e + s) return std::fabs(r - v) + s;
+    }
+    return final_allowance(v, e, t);
+  }
+  // Whether the class's statistics are plain sums of the row's terms (no running mean): the
+  // exactness of section 9 applies to them.
+  bool plain_sums() const { return red_.kind != ReductionKind::any && red_.kind != ReductionKind::welford; }
+  // Welford's first-order term (3.3) applies to the classes that allow a running mean.
+  double welford_u() const {
+    if (red_.kind == ReductionKind::any || red_.kind == ReductionKind::welford) return cp_.u;
+    if (red_.kind == ReductionKind::accumulate_f64) return std::ldexp(1.0, -53);
+    return 0;
+  }
 
   // Column sums of one parameter tensor: per element, the sum over rows of |term| and of the
   // propagated errors (section 4: allowance = err + gam(R+1) abs + R eta).
@@ -182,7 +278,7 @@ class Model {
 
   // Section 4: a column sum over R rows, from its rows' |terms| and propagated errors.
   double column_allowance(const ColumnBound& cb, std::size_t k, std::int64_t R) const {
-    const double e = cb.err[k] + cp_.gam(static_cast<double>(R + 1)) * cb.abs[k] + static_cast<double>(R) * cp_.eta;
+    const double e = cb.err[k] + sum_gam(static_cast<double>(R), 1) * cb.abs[k] + static_cast<double>(R) * cp_.eta;
     return final_allowance(cb.abs[k], e, c_.dtype_param);
   }
 
@@ -240,6 +336,23 @@ class Model {
         e = std::fabs(c_.alpha) * cp_.conv(x, c_.dtype_x) + cp_.conv(res, c_.dtype_residual) + (rb_ ? cp_.conv(rb, c_.dtype_param) : 0.0) +
             cp_.gam(ops) * (std::fabs(ax) + std::fabs(res) + std::fabs(rb)) + ops * cp_.eta;
       }
+      // Section 9.2: a declared class, and h = alpha x + residual (+ bias) exact in any order of
+      // its additions (inputs values of the compute dtype, alpha a power of two, every partial
+      // sum a value of it): a correct kernel's h is the exact h.
+      if (r_ && !red_.is_any() && e > 0) {
+        const double ax = c_.alpha * x, res = value(r_, k), rb = rb_ ? value(rb_, j) : 0.0;
+        // A sum is tested on its binary64 value only where that value is exact (TwoSum's error 0).
+        const auto is = [&](double v) { return std::isfinite(v) && ref::representable(v, cp_.t); };
+        const auto sum_is = [&](double a, double b) {
+          const double s = a + b, bb = s - a;
+          return (a - (s - bb)) + (b - bb) == 0 && is(s);
+        };
+        int ae = 0;
+        const bool pow2_alpha = std::frexp(std::fabs(c_.alpha), &ae) == 0.5 && ax / c_.alpha == x;
+        if (pow2_alpha && is(x) && is(ax) && is(res) && is(rb) && sum_is(ax, res) && sum_is(ax, rb) &&
+            sum_is(res, rb) && sum_is(ax + res, rb))
+          e = 0;
+      }
       m.e_h_pre[j] = e;
       // Section 5: the terms of h (or x itself) against the compute dtype's range (found by the
       // property tests: 2 x = -105984 in float16 compute gives residual_out = -inf).
@@ -292,7 +405,10 @@ class Model {
     const double mu = ln ? sum / nd : 0.0;
     // 3.2 the mean: any summation order, or Welford's running mean.
     m.mean = mu;
-    m.e_mean = ln ? mean_eh + cp_.gam(nd + 1) * (A + mean_eh) + nd * cp_.eta : 0.0;
+    m.e_mean = ln ? mean_eh + sum_gam(nd, 1) * (A + mean_eh) + nd * cp_.eta : 0.0;
+    // Section 9: sums that are exact in any order (the class's sums are plain sums, h is exact).
+    const Exactness ex = exactness(m, max_eh);
+    if (ex.mean_exact) m.e_mean = 0;
     double var = 0, sum_d_e = 0;
     for (std::int64_t j = 0; j < n; ++j) {
       m.d[j] = m.h[j] - mu;
@@ -305,12 +421,15 @@ class Model {
     if (ln) {
       m.kappa = var > 0 ? std::sqrt(mean_sq / var) : kInf;
       const double shift = max_eh + mean_eh;
-      e_var = kBounds.welford * nd * cp_.u * std::sqrt(mean_sq * var) + cp_.gam(nd + 2) * var +
+      e_var = kBounds.welford * nd * welford_u() * std::sqrt(mean_sq * var) + sum_gam(nd, 2) * var +
               m.e_mean * m.e_mean + 2 * sum_d_e / nd + shift * shift + 2 * m.e_mean * shift + nd * cp_.eta;
     } else {
       m.kappa = 1;
-      e_var = cp_.gam(nd + 1) * mean_sq + 2 * sum_d_e / nd + max_eh * max_eh + nd * cp_.eta;
+      e_var = sum_gam(nd, 1) * mean_sq + 2 * sum_d_e / nd + max_eh * max_eh + nd * cp_.eta;
     }
+    // Section 9: the sum of squares (of deviations, or of h for RMSNorm) is exact; only the
+    // division by n (or the product with 1/n) rounds, and not at all when n is a power of two.
+    if (ex.squares_exact) e_var = kBounds.exact_round * cp_.u * var + cp_.eta;
     const double q = var + c_.epsilon;
     const double e_q = e_var + cp_.u * q + cp_.conv(c_.epsilon, DType::float64);
     m.e_q_rel = q > 0 ? e_q / q : kInf;
@@ -320,7 +439,9 @@ class Model {
     // 3.4 x-hat = d * rstd, with d carrying the error of h and of the mean.
     m.max_e_xhat = 0;
     for (std::int64_t j = 0; j < n; ++j) {
-      const double e_d = e_h[j] + m.e_mean + (ln ? cp_.u * (std::fabs(m.d[j]) + e_h[j] + m.e_mean) : 0.0);
+      // (an exact deviation of section 9 carries no error: its subtraction is exact)
+      const double e_d = ex.deviations_exact ? 0.0
+                         : e_h[j] + m.e_mean + (ln ? cp_.u * (std::fabs(m.d[j]) + e_h[j] + m.e_mean) : 0.0);
       m.xhat[j] = m.d[j] * m.rstd;
       m.e_xhat[j] = (e_d * m.rstd + std::fabs(m.xhat[j]) * m.e_rstd_rel) * (1 + m.e_rstd_rel) +
                     cp_.u * std::fabs(m.xhat[j]) + cp_.eta;
@@ -342,6 +463,75 @@ class Model {
     m.overflow_mean = overflows(s1, n + 1);
     m.overflow = m.overflow_mean || overflows(s2, n + 2);
     m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust && !m.overflow;
+  }
+
+  // Section 9: what the data make exact for a class whose sums are plain sums.
+  struct Exactness {
+    bool sum_exact = false;         // sum h is exact in any order
+    bool mean_exact = false;        // and so is the mean (n a power of two): e_mean = 0
+    bool deviations_exact = false;  // LayerNorm: every h - mean is exact
+    bool squares_exact = false;     // the sum of squared deviations (RMSNorm: of h) is exact
+    bool pow2 = false;              // n is a power of two (nothing is exact otherwise)
+  };
+  Exactness exactness(const RowModel& m, double max_eh) const {
+    Exactness ex;
+    if (!plain_sums() || max_eh != 0) return ex;  // h itself carries an error
+    const auto f = ref::format_of(cp_.t);
+    const int p = f.precision, q_min = f.min_exp - f.precision + 1;
+    const auto n = static_cast<std::int64_t>(m.h.size());
+    int k = 0;
+    // Only n = 2^k: the division by n (or the product with 1/n, or terms scaled by 1/n before
+    // they are summed) is then exact, whatever the kernel's form of it.
+    ex.pow2 = n > 0 && (n & (n - 1)) == 0;
+    if (!ex.pow2) return ex;
+    while ((std::int64_t{1} << k) < n) ++k;
+    const int scale = k;
+    const bool ln = c_.op == ref::Op::layernorm;
+    if (ln) {
+      const ExactSum s = exact_sum(m.h, p, q_min, scale);
+      ex.sum_exact = s.exact;
+      // The mean sum / n (or sum * (1/n), or a sum of h / n) is exact: n = 2^k and the scaled
+      // terms are multiples of a representable 2^(e-k) (exact_sum checked e - k >= q_min).
+      ex.mean_exact = s.exact;
+      if (!ex.mean_exact) return ex;
+      // Deviations h - mean: multiples of 2^min(e, lowbit(mean)); each representable when below
+      // 2^(p + that), so a correct subtraction is exact.
+      const double mu = s.sum / static_cast<double>(n);
+      int ed = s.e;
+      if (mu != 0) ed = std::min(ed, lowbit_exp(mu));
+      double max_d = 0;
+      for (double h : m.h) max_d = std::max(max_d, std::fabs(h - mu));
+      if (max_d == 0) {  // a constant row: every deviation is 0, and so is every square
+        ex.deviations_exact = ex.squares_exact = true;
+        return ex;
+      }
+      if (ed < q_min || !(max_d < std::ldexp(1.0, p + ed))) return ex;
+      ex.deviations_exact = true;
+      // Squares: representable when (max |d| / 2^ed)^2 < 2^p; then the sum of squares by exact_sum.
+      const double kmax = std::ldexp(max_d, -ed);
+      if (!(kmax * kmax < std::ldexp(1.0, p))) return ex;
+      std::vector<double> sq(m.h.size());
+      for (std::size_t j = 0; j < sq.size(); ++j) sq[j] = (m.h[j] - mu) * (m.h[j] - mu);
+      ex.squares_exact = exact_sum(sq, p, q_min, scale).exact;
+      return ex;
+    }
+    // RMSNorm: the sum of squares of h.
+    double max_h = 0;
+    int e = std::numeric_limits<int>::max();
+    for (double h : m.h) {
+      max_h = std::max(max_h, std::fabs(h));
+      if (h != 0) e = std::min(e, lowbit_exp(h));
+    }
+    if (max_h == 0) {
+      ex.squares_exact = true;
+      return ex;
+    }
+    const double kmax = std::ldexp(max_h, -e);
+    if (!(kmax * kmax < std::ldexp(1.0, p))) return ex;
+    std::vector<double> sq(m.h.size());
+    for (std::size_t j = 0; j < sq.size(); ++j) sq[j] = m.h[j] * m.h[j];
+    ex.squares_exact = exact_sum(sq, p, q_min, scale).exact;
+    return ex;
   }
 
   // Whether a sum of `terms` terms whose |terms| (with their errors) add up to `acc` may reach
@@ -405,9 +595,9 @@ class Model {
     if (ln) see(s_abs_g + s_eg, n);
     see(s_abs_gx + s_e_gx, n);
     const double gbar = ln ? s_g / nd : 0.0;
-    const double e_gbar = ln ? s_eg / nd + cp_.gam(nd + 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
+    const double e_gbar = ln ? s_eg / nd + sum_gam(nd, 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
     const double m2 = s_gx / nd;
-    const double e_m2 = s_e_gx / nd + cp_.gam(nd + 2) * s_abs_gx / nd + nd * cp_.eta;
+    const double e_m2 = s_e_gx / nd + sum_gam(nd, 2) * s_abs_gx / nd + nd * cp_.eta;
     dh.resize(n);
     e_dh.resize(n);
     for (std::int64_t j = 0; j < n; ++j) {
@@ -473,6 +663,7 @@ class Model {
   const ref::Case& c_;
   ref::Geometry g_;
   Points pts_;
+  Reduction red_;
   Compute cp_{};
   const ref::Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *r_ = nullptr, *rb_ = nullptr, *dy_ = nullptr;
 };

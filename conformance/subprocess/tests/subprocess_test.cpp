@@ -289,6 +289,17 @@ TEST(Codec, FlushSubnormalOutputsCapability) {
                proto::ProtocolError);
 }
 
+// The declared reduction class (TOLERANCE.md, section 9): absent means any; a name round-trips;
+// a bad one is a protocol error naming the problem.
+TEST(Codec, ReductionCapability) {
+  EXPECT_TRUE(proto::capabilities_from_json(nlohmann::json::object()).reduction.is_any());
+  Capabilities caps;
+  caps.reduction = parse_reduction("pairwise:128");
+  EXPECT_EQ(proto::capabilities_from_json(proto::capabilities_json(caps)).reduction, caps.reduction);
+  EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"reduction", "pairwise"}}), proto::ProtocolError);
+  EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"reduction", 3}}), proto::ProtocolError);
+}
+
 TEST(Oracle, HelloFillsInfo) {
   auto cand = serve_self();
   EXPECT_EQ(cand->info().name, "cmd:oracle");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "normcheck/fixtures/hdf5_io.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "normcheck/reference/case.hpp"
 #include "normcheck/reference/outputs.hpp"
 
@@ -41,6 +42,9 @@ struct Capabilities {
   bool flush_subnormal_outputs = false;
   // The candidate returns no mean/rstd (candidate.h NC_CAP_NO_STATISTICS): they are not judged.
   bool no_statistics = false;
+  // How its sums are formed (candidate.h NC_CAP_REDUCTION; TOLERANCE.md, section 9): `any`
+  // holds it to every correct algorithm; a narrower class to that class's (smaller) bound.
+  Reduction reduction;
   std::string device = "cpu";
 };
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct RunOptions {
   // `check`: the outputs file's producer flushes subnormal outputs to zero (the declaration a
   // candidate makes with Capabilities::flush_subnormal_outputs; `check --flush-subnormal-outputs`).
   bool outputs_flush_subnormals = false;
+  // `--reduction CLASS`: the reduction class every candidate (`check`: the outputs' producer) is
+  // judged under, in place of what it declares (TOLERANCE.md, section 9). nullopt: its own.
+  std::optional<Reduction> reduction;
   int threads = 0;                      // candidates run concurrently (0: hardware threads)
   // Called after each checked case (from one thread at a time).
   std::function<void(const CandidateRun&, const CaseResult&)> on_case;

@@ -47,6 +47,9 @@ struct Context {
   // elements where a zero would otherwise have failed. Null: not counted.
   std::int64_t* flushed_tests = nullptr;
   std::int64_t* flushed_elements = nullptr;
+  // The reduction class the candidate is judged under (its declaration, or `prop --reduction`):
+  // every allowance is that class's (conformance/TOLERANCE.md, section 9).
+  conf::Reduction reduction{};
 };
 
 struct Property {
@@ -64,6 +67,8 @@ struct Options {
   std::int64_t max_hidden = 8192; // largest normalized row drawn
   std::string reproduce;          // a `reproduce` string from an earlier failure: replay it only
   bool shrink = true;
+  // `--reduction CLASS`: judge the candidate under this class instead of its declaration.
+  std::optional<conf::Reduction> reduction;
   // Called after each test case (for a progress display): tests so far, shrinks so far.
   std::function<void(int, int)> progress;
 };

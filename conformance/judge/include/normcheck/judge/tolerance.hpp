@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "normcheck/reference/case.hpp"
@@ -25,6 +26,9 @@ struct BoundConstants {
   double welford;      // |dvar| <= welford * n * u * kappa * var: Welford's first-order term
   double sqrt_div;     // rstd from q: sqrt and division (or rsqrt) within sqrt_div * u (2 ulp)
   double mistrust;     // an output is MISTRUSTED where the bound on x-hat (or rel. rstd) >= this
+  // Section 9 (declared reduction classes):
+  double f64_result;   // accumulate_f64: roundings of a binary64 sum's result into the compute dtype
+  double exact_round;  // an exact sum of squares: roundings (a margin; the division by 2^k is exact)
 };
 extern const BoundConstants kBounds;
 
@@ -40,10 +44,37 @@ struct OutputAllowance {
   std::string reason;           // why they are mistrusted, with the numbers of the worst row
 };
 
+// How a candidate declares it reduces (TOLERANCE.md, section 9, "Declared reduction class"):
+// `any` holds it to every correct algorithm (the default); the other classes narrow the
+// algorithms it may use and so the bound. The numbers are part of the plugin ABI
+// (candidate.h NC_REDUCTION_*).
+enum class ReductionKind : std::uint32_t {
+  any = 0,             // any summation order; two-pass, Welford or merged statistics
+  two_pass = 1,        // mean = sum / n, then the sum of squared deviations; sums in any order
+  welford = 2,         // Welford's running mean and M2, sequential or chunks merged by Chan's formula
+  pairwise = 3,        // two-pass, each sum over groups of <= block terms, then a balanced tree
+  blocked = 4,         // two-pass, each sum over groups of <= block terms, then the group sums
+  accumulate_f64 = 5,  // two-pass or Welford with every sum accumulated in binary64
+};
+struct Reduction {
+  ReductionKind kind = ReductionKind::any;
+  std::int64_t block = 0;  // pairwise / blocked: the most terms a group holds (>= 1)
+  bool is_any() const { return kind == ReductionKind::any; }
+  friend bool operator==(const Reduction&, const Reduction&) = default;
+  friend auto operator<=>(const Reduction&, const Reduction&) = default;
+};
+// "any", "two_pass", "welford", "pairwise:128", "blocked:8", "accumulate_f64".
+std::string name_of(const Reduction& r);
+// Parses name_of's form; throws std::invalid_argument naming the problem (an unknown class, a
+// missing or non-positive block size, a block size on a class that has none).
+Reduction parse_reduction(std::string_view s);
+
 // Derives the allowances of every output of `c` (the outputs of ref::output_specs) from its
 // inputs. Rows holding a non-finite value are compared under IEEE rules (an allowance of half
-// an ulp plus one compute rounding). Throws ref::CaseError for an invalid case.
-std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c);
+// an ulp plus one compute rounding). `red` is the candidate's declared reduction class: `any`
+// (the default) gives the bound of every correct algorithm. Throws ref::CaseError for an
+// invalid case.
+std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c, const Reduction& red = {});
 
 // Spacing of the dtype's values at |v| (the ulp of v's binade; subnormal spacing below it).
 double ulp_of(double v, ref::DType t);
