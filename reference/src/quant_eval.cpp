@@ -151,6 +151,21 @@ class Quantizer {
     return r;
   }
 
+  // Does the exact amax of a group (max |y_real|, known to within its binary64 rounding amax64)
+  // lie on a step of the scale function f, to within one float32 ulp? f is evaluated at the
+  // float32 values just below and just above; the scale functions are monotone in amax, so a
+  // step between them shows as different results.
+  template <typename F>
+  static std::uint8_t scale_tie(const Group& gr, F f) {
+    if (!gr.finite) return 0;
+    const double a = gr.amax64;
+    const double r = round_to(a, DType::float32);
+    const float rf = static_cast<float>(r);
+    const double lo = r < a ? r : static_cast<double>(std::nextafter(rf, 0.0f));
+    const double hi = r > a ? r : static_cast<double>(std::nextafter(rf, INFINITY));
+    return f(std::max(lo, 0.0)) != f(hi);
+  }
+
   static void set_f32(Output& o, std::int64_t i, double v, double v64, bool ok) {
     o.value.data[i] = v;
     o.f64[i] = v64;
@@ -180,6 +195,8 @@ class Quantizer {
           // A NaN or Inf in the row: fmaxf drops NaN (vLLM), torch.amax keeps it; min(Inf, ub)
           // depends on ub. Kernels differ, so the scale and the row's finite codes are not judged.
           const double s = dynamic_scale(gr.amax, q_);
+          // No ties mask: rn32(amax / qmax) changes at nearly every float32 step of amax, so a
+          // dynamic scale is judged within the allowance derived from amax's (expected_f64/amax).
           set_f32(scale, r, s, s, gr.finite && gr.certified);
           for (std::int64_t i = r * cols; i < (r + 1) * cols; ++i) {
             if (gr.finite) code(q, i, s, q_.apply, gr.certified);
@@ -192,9 +209,11 @@ class Quantizer {
       }
       case ScaleKind::mx_block: {
         Output scale = make(specs.at("scale"));
+        scale.ties.assign(scale.certified.size(), 0);
         const std::int64_t bs = block_size(q_.format), nb = total / bs;
         for (std::int64_t b = 0; b < nb; ++b) {
           const Group gr = group(b * bs, bs);
+          scale.ties[b] = scale_tie(gr, [&](double a) { return mx_scale_code(a, elem_, q_.mx_rule); });
           // OCP: a NaN or Inf in the block makes the shared scale NaN (0xFF), all elements NaN.
           // The round-up rule's kernels take amax with fmaxf: a NaN or Inf block is not judged.
           const bool floor = q_.mx_rule == MxRule::floor;
@@ -215,16 +234,18 @@ class Quantizer {
       case ScaleKind::nvfp4_block: {
         Output scale = make(specs.at("scale"));
         Output global = make(specs.at("global_scale"));
+        scale.ties.assign(scale.certified.size(), 0);
         const std::int64_t bs = block_size(q_.format), nb = total / bs;
         const Group all = group(0, total);
         // The global amax of a tensor with a NaN or Inf: kernels differ (fmaxf or not), and
         // every scale depends on it, so nothing of the tensor is judged.
         const bool global_ok = all.finite && all.certified;
         const double s_enc = nvfp4_global_scale(all.amax);
-        set_f32(global, 0, s_enc, s_enc, global_ok);
+        set_f32(global, 0, s_enc, s_enc, global_ok);  // continuous in amax_g, like a dynamic scale
         for (std::int64_t b = 0; b < nb; ++b) {
           const Group gr = group(b * bs, bs);
           const int sc = nvfp4_block_scale_code(gr.amax, s_enc);
+          scale.ties[b] = scale_tie(gr, [&](double a) { return nvfp4_block_scale_code(a, s_enc); });
           const bool scale_ok = global_ok && gr.certified;
           scale.value.data[b] = sc;
           scale.f64[b] = decode(Elem::e4m3fn, sc);

@@ -319,6 +319,33 @@ TEST(QuantCase, MxFp8BlockStraddlingSaturation) {
   }
 }
 
+TEST(QuantCase, ScaleTiesWhereTheExactAmaxSitsOnAStep) {
+  // Floor rule: amax 256 = 2^8 is a step (just below it the exponent is one less): tie. 480 is
+  // not. Round-up rule: amax 448 gives rn32(448 * rn32(1/448)) = 1 exactly, a power of two, so
+  // the float32 neighbours of 448 give 2^0 and 2^1: tie; 480 is not.
+  for (auto [rule, amax, tie] : {std::tuple{MxRule::floor, 256.0, 1}, std::tuple{MxRule::floor, 480.0, 0},
+                                 std::tuple{MxRule::round_up, 448.0, 1}, std::tuple{MxRule::round_up, 480.0, 0}}) {
+    std::vector<double> w(32, 1.0);
+    w[0] = amax;
+    QuantContract qc = *quant_preset("ocp_mxfp8");
+    qc.mx_rule = rule;
+    const Result r = evaluate(quant_case(w, qc));
+    ASSERT_EQ(r.outputs.at("scale").ties.size(), 1u);
+    EXPECT_EQ(r.outputs.at("scale").ties[0], tie) << name_of(rule) << " " << amax;
+    EXPECT_EQ(r.outputs.at("scale").certified[0], 1);  // the contract's scale is still exact
+  }
+  // NVFP4: S_enc = 2688/6 = 448 for amax_g 6; a second block of amax 1.5 has the E4M3 block
+  // scale rn32(1.5 * 74.666672) = 112.00001 -> 112 (0x6E), strictly inside a step: no tie.
+  std::vector<double> w(32, 1.0);
+  w[0] = 6;
+  w[16] = 1.5;
+  const Result r = evaluate(quant_case(w, *quant_preset("te_nvfp4"), DType::float32));
+  EXPECT_EQ(r.outputs.at("scale").ties[1], 0);
+  // Dynamic scales have no ties mask: rn32(amax / qmax) steps at nearly every float32 amax.
+  const Result d = evaluate(quant_case({448, 1, 1, 1}, *quant_preset("vllm_dynamic_fp8")));
+  EXPECT_TRUE(d.outputs.at("scale").ties.empty());
+}
+
 TEST(QuantCase, MxAllZeroBlockAndNaNBlock) {
   // Two rows of 32: row 0 all zero (eps > 0): floor rule scale code 0, codes 0. Row 1 with a NaN
   // (the norm makes the whole row NaN): the OCP scale is NaN (0xFF), the codes the NaN code.

@@ -30,12 +30,14 @@ struct Options {
 // pre-quantization value in code units (the real norm output times the scale's multiplier,
 // rounded to binary64) and `ties` is 1 where that exact value lies on a code boundary to within
 // its binary64 rounding: a correct kernel with any error at all there may give either code.
+// MX and NVFP4 block scales have `ties` too: 1 where the exact amax of their block lies on a
+// step of the scale function to within one float32 ulp (a power of two for the MX floor rule).
 struct Output {
   Tensor value;
   std::vector<double> f64;
   std::vector<std::uint8_t> certified;
   std::string codes;                 // "" for a floating-point output
-  std::vector<std::uint8_t> ties;    // q only; empty otherwise
+  std::vector<std::uint8_t> ties;    // q and block scales of a quant case; empty otherwise
 };
 
 struct Stats {
