@@ -79,9 +79,8 @@ class Quantizer {
     const Scale& sc = scale_of(s, a);
     // The contract's float32 value: rn32(v * rn32(1/s)), rn32(v / s) or rn32(v * s). v * m is
     // exact in binary64 (two float32 significands); the quotient goes through a rational.
-    const double u = !std::isfinite(v) ? apply_scale(v, s, a)
-                     : a == ScaleApply::divide ? apply_scale(v, s, a)
-                                               : round_to(v * sc.m_double, DType::float32);
+    const double u = !std::isfinite(v) || a == ScaleApply::divide ? apply_scale(v, s, a)
+                                                                  : round_to(v * sc.m_double, DType::float32);
     const int k = encode(elem_, u);
     q.value.data[i] = k;
     bool ok = scale_ok && p_.certified[i];

@@ -222,6 +222,18 @@ TEST(QuantCase, StaticFp8CodesAndTieMask) {
   EXPECT_EQ(r.outputs.count("y"), 0u);
 }
 
+TEST(QuantCase, ExactZerosAreTiesInSignMagnitudeFormatsOnly) {
+  // y = [0, -0, 1, -1]: +0 and -0 have different E4M3 codes and the sign of an exact zero is not
+  // certified, so both zeros are ties; int8 has one zero, so none.
+  const Result r = evaluate(quant_case({0, 0, 1, 1}, QuantContract{}));
+  EXPECT_EQ(r.outputs.at("q").ties, (std::vector<std::uint8_t>{1, 1, 0, 0}));
+  QuantContract i8;
+  i8.format = QFormat::int8;
+  const Result ri = evaluate(quant_case({0, 0, 1, 1}, i8));
+  EXPECT_EQ(ri.outputs.at("q").ties, (std::vector<std::uint8_t>{0, 0, 0, 0}));
+  EXPECT_EQ(ri.outputs.at("q").value.data[0], 0);
+}
+
 TEST(QuantCase, StaticScaleReciprocalDivideMultiply) {
   // y = 3 with scale 3: reciprocal rn32(1/3) = 0x1.555556p-2 (> 1/3), 3 * it = 1.0000000298,
   // which rn32 rounds to 1 (half an ulp of 1 is 5.96e-8): code 0x38. Division gives exactly 1:
