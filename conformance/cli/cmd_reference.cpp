@@ -128,15 +128,18 @@ void print_text(const ref::Case& c, const ref::Result& r, const ReferenceArgs& a
   for (const auto& [name, o] : r.outputs) {
     std::string shape;
     for (auto d : o.value.shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-    fmt::print("\n{} ({}, shape {})\n", name, ref::name_of(o.value.dtype), shape);
+    fmt::print("\n{} ({}, shape {})\n", name, o.codes.empty() ? ref::name_of(o.value.dtype) : o.codes, shape);
     fmt::print("  {:<14} {:>24} {:>22} {:>24}  {}\n", "index", "value (decimal)", "value (hex)", "exact→binary64 (hex)",
                "certified");
     const std::size_t n = o.value.data.size();
     const std::size_t shown = a.all ? n : std::min(n, a.limit);
     for (std::size_t i = 0; i < shown; ++i) {
-      fmt::print("  {:<14} {:>24} {:>22} {:>24}  {}\n", index_text(i, o.value.shape),
-                 ref::decimal_text(o.value.data[i], o.value.dtype), ref::hex_text(o.value.data[i]),
-                 ref::hex_text(o.f64[i]), o.certified[i] ? "yes" : "NO (either neighbour accepted)");
+      const auto code = static_cast<int>(o.value.data[i]);  // codes: the integer and its bits in hex
+      fmt::print("  {:<14} {:>24} {:>22} {:>24}  {}{}\n", index_text(i, o.value.shape),
+                 o.codes.empty() ? ref::decimal_text(o.value.data[i], o.value.dtype) : std::to_string(code),
+                 o.codes.empty() ? ref::hex_text(o.value.data[i]) : fmt::format("{:#04x}", code & 0xFF),
+                 ref::hex_text(o.f64[i]), o.certified[i] ? "yes" : "NO (either neighbour accepted)",
+                 !o.ties.empty() && o.ties[i] ? "  tie: the exact value is on a code boundary" : "");
     }
     if (shown < n) fmt::print("  ... {} more (--all shows every element)\n", n - shown);
   }

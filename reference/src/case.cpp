@@ -5,6 +5,7 @@
 #include <string>
 
 #include "normcheck/reference/contract.hpp"
+#include "quant_eval.hpp"
 
 namespace normcheck::ref {
 
@@ -232,6 +233,7 @@ void detail::validate(const Case& c, bool x_values) {
     throw CaseError("weight_offset", "set but affine is none (there is no weight to offset)");
   if (!parse_contract(c.contract)) throw CaseError("contract", "unknown contract '" + c.contract + "'");
   if (c.block != Block::none) {
+    if (c.quant) throw CaseError("quant", "quantized outputs are not evaluated for residual blocks");
     validate_block(c, g);
     return;
   }
@@ -257,6 +259,13 @@ void detail::validate(const Case& c, bool x_values) {
   if (c.direction == Direction::backward) {
     check_tensor(c, "dy", c.dtype_out, g.shape);
     known.push_back("dy");
+  }
+  if (c.quant) {  // fused quantization (quant_eval.cpp)
+    if (c.quant->scale == ScaleKind::static_tensor) {
+      check_tensor(c, "scale", DType::float32, {1});
+      known.push_back("scale");
+    }
+    detail::validate_quant(c, g);
   }
   reject_unused_inputs(c, known,
                        "this case (op " + std::string(name_of(c.op)) + ", affine " + std::string(name_of(c.affine)) +

@@ -84,6 +84,55 @@ json values_json(const std::vector<double>& v) {
 
 }  // namespace
 
+QuantContract quant_from_json(const json& j) {
+  if (!j.is_object()) throw CaseError("quant", "must be an object");
+  static const std::array<std::string_view, 11> known{"preset", "format",    "scale",     "residual_sum",
+                                                      "value",  "apply",     "mx_rule",   "nan",
+                                                      "scale_ub", "min_scale", "outputs"};
+  for (const auto& [k, v] : j.items())
+    if (std::find(known.begin(), known.end(), k) == known.end()) throw CaseError("quant/" + k, "unknown field");
+  QuantContract q;
+  if (j.contains("preset")) {
+    if (!j["preset"].is_string()) throw CaseError("quant/preset", "must be a string");
+    auto p = quant_preset(j["preset"].get<std::string>());
+    if (!p) {
+      std::string names;
+      for (const auto& [n, v] : quant_presets()) names += (names.empty() ? "" : ", ") + n;
+      throw CaseError("quant/preset", "'" + j["preset"].get<std::string>() + "' is not one of: " + names);
+    }
+    q = *p;
+  }
+  const auto field = [&](const char* name, auto parse, auto& dst, const char* allowed) {
+    if (!j.contains(name)) return;
+    const std::string f = std::string("quant/") + name;
+    if (!j[name].is_string()) throw CaseError(f, "must be a string");
+    auto v = parse(j[name].get<std::string>());
+    if (!v) throw CaseError(f, "'" + j[name].get<std::string>() + "' is not one of: " + allowed);
+    dst = *v;
+  };
+  field("format", parse_qformat, q.format, "float8_e4m3fn, float8_e5m2, int8, mxfp8_e4m3, mxfp8_e5m2, nvfp4_e2m1");
+  field("scale", parse_scale_kind, q.scale, "static_tensor, dynamic_token, mx_block, nvfp4_block");
+  field("residual_sum", parse_residual_sum, q.residual_sum, "rounded, unrounded");
+  field("value", parse_quant_value, q.value, "activation, float32");
+  field("apply", parse_scale_apply, q.apply, "reciprocal, divide, multiply");
+  field("mx_rule", parse_mx_rule, q.mx_rule, "floor, round_up");
+  field("nan", parse_nan_policy, q.nan, "nan_code, unspecified");
+  if (j.contains("scale_ub")) q.scale_ub = parse_element(j["scale_ub"], DType::float64, "quant/scale_ub");
+  if (j.contains("min_scale")) q.min_scale = parse_element(j["min_scale"], DType::float64, "quant/min_scale");
+  else if (!j.contains("preset") && q.scale == ScaleKind::dynamic_token) q.min_scale = default_min_scale(q.format);
+  if (j.contains("outputs")) {
+    if (!j["outputs"].is_array()) throw CaseError("quant/outputs", "must be an array of \"amax\", \"y\"");
+    q.amax = q.y = false;
+    for (const auto& o : j["outputs"]) {
+      const std::string s = o.is_string() ? o.get<std::string>() : "";
+      if (s == "amax") q.amax = true;
+      else if (s == "y") q.y = true;
+      else throw CaseError("quant/outputs", "entries must be \"amax\" or \"y\"");
+    }
+  }
+  return q;
+}
+
 std::optional<double> parse_number(std::string_view text, DType t) {
   const std::string s = lower(text);
   if (s == "nan" || s == "+nan" || s == "-nan") return std::numeric_limits<double>::quiet_NaN();
@@ -106,11 +155,11 @@ std::optional<double> parse_number(std::string_view text, DType t) {
 
 Case case_from_json(const json& j) {
   if (!j.is_object()) throw CaseError("case", "must be a JSON object");
-  static const std::array<std::string_view, 21> known{
+  static const std::array<std::string_view, 22> known{
       "op", "axis", "axes", "epsilon", "affine", "weight_offset", "residual", "alpha", "block", "direction",
       "layers", "activation",
       "contract", "dtype_x", "dtype_param", "dtype_out", "dtype_compute", "dtype_residual", "inputs",
-      "category", "description"};
+      "category", "description", "quant"};
   for (const auto& [k, v] : j.items())
     if (std::find(known.begin(), known.end(), k) == known.end()) throw CaseError(k, "unknown field");
   Case c;
@@ -148,12 +197,14 @@ Case case_from_json(const json& j) {
   c.dtype_compute = j.contains("dtype_compute") ? parse_dtype_field(j["dtype_compute"], "dtype_compute") : DType::float32;
   c.dtype_residual = j.contains("dtype_residual") ? parse_dtype_field(j["dtype_residual"], "dtype_residual") : c.dtype_x;
 
+  if (j.contains("quant")) c.quant = quant_from_json(j["quant"]);
   if (!j.contains("inputs") || !j["inputs"].is_object()) throw CaseError("inputs", "missing or not an object");
   for (const auto& [name, v] : j["inputs"].items()) {
     DType t = c.dtype_x;
     if (name == "weight" || name == "bias" || name == "residual_bias" || name.rfind("ffn_", 0) == 0) t = c.dtype_param;
     else if (name == "residual") t = c.dtype_residual;
     else if (name == "dy") t = c.dtype_out;
+    else if (name == "scale" && j.contains("quant")) t = DType::float32;  // the static quantization scale
     c.inputs.emplace(name, parse_tensor(v, t, name));
   }
   validate(c);
@@ -166,6 +217,14 @@ json result_to_json(const Case& c, const Result& r, std::string_view version) {
   out["contract"] = c.contract;
   json outputs = json::object();
   for (const auto& [name, o] : r.outputs) {
+    if (!o.codes.empty()) {  // codes as integers; f64 as hex floats
+      json codes = json::array();
+      for (double v : o.value.data) codes.push_back(static_cast<std::int64_t>(v));
+      outputs[name] = {{"dtype", o.codes},  {"shape", o.value.shape}, {"values", std::move(codes)},
+                       {"f64", values_json(o.f64)}, {"certified", o.certified}};
+      if (!o.ties.empty()) outputs[name]["ties"] = o.ties;
+      continue;
+    }
     outputs[name] = {{"dtype", std::string(name_of(o.value.dtype))},
                      {"shape", o.value.shape},
                      {"values", values_json(o.value.data)},

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "blocks.hpp"
+#include "quant_eval.hpp"
 #include "ddouble.hpp"
 #include "exact.hpp"
 #include "row_kernel.hpp"
@@ -889,6 +890,11 @@ Result evaluate(const Case& c, const Options& opt) {
 }
 
 void evaluate_into(const Case& c, const Options& opt, Result& out) {
+  if (c.quant) {  // fused quantization: the norm part is evaluated as a case of its own
+    validate(c);
+    detail::evaluate_quant(c, opt, out);
+    return;
+  }
   // float32 x in plain rows (h = x: no residual, alpha 1, no h rounding point; forward) is
   // checked row by row from the row scan (Evaluator::check_x_row) instead of here. The same
   // flag decides both, so no row escapes both checks.

@@ -1,5 +1,7 @@
 #include "normcheck/reference/outputs.hpp"
 
+#include "quant_eval.hpp"
+
 namespace normcheck::ref {
 
 std::map<std::string, OutputSpec> output_specs(const Case& c) {
@@ -22,6 +24,7 @@ std::map<std::string, OutputSpec> output_specs(const Case& c) {
     return out;
   }
   const bool res = c.residual != Residual::none;
+  if (c.quant) return detail::quant_output_specs(c, g);
   if (c.direction == Direction::forward) {
     out["y"] = {c.dtype_out, g.shape};
     if (ln) out["mean"] = {c.dtype_compute, g.stat_shape};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "normcheck/reference/dtype.hpp"
+#include "normcheck/reference/quant.hpp"
 
 namespace normcheck::ref {
 
@@ -72,6 +73,11 @@ struct Case {
 
   // inputs: x, and as the case needs: weight, bias, residual, residual_bias, dy
   std::map<std::string, Tensor> inputs;
+
+  // Fused quantization of the output (quant.hpp): when set, the case's outputs are q, its
+  // scales and optionally amax, y and residual_out (outputs.hpp); a static scale is the input
+  // `scale` (float32, shape [1]).
+  std::optional<QuantContract> quant;
 
   // The fixture case id when the case comes from a fixture file ("" otherwise): passed to
   // candidates for their messages; never part of the semantics.

@@ -12,6 +12,8 @@ namespace normcheck::ref {
 
 // Parses and validates; throws CaseError naming the field.
 Case case_from_json(const nlohmann::json& j);
+// The "quant" object of a case (CASE_JSON.md): a preset and/or the contract's fields.
+QuantContract quant_from_json(const nlohmann::json& j);
 nlohmann::json result_to_json(const Case& c, const Result& r, std::string_view version);
 
 // A number given as text (decimal, hex float, "nan", "inf", "-inf"), rounded correctly to `t`

@@ -22,10 +22,22 @@ struct Options {
 
 // One output tensor. `value` holds the correctly rounded values in the output's dtype,
 // `f64` the exact value rounded to binary64, `certified` 1 where both roundings are decided.
+//
+// Quantized outputs (q, and the E8M0/E4M3 block scales) are codes: `codes` names their format
+// (quant_code_dtype: "float8_e4m3fn", "int8", "nvfp4_e2m1", "e8m0", ...), `value.data` holds
+// each code as an exact integer (0..255; int8 -127..127; NVFP4 one 0..15 code per element,
+// unpacked) and `value.dtype` is float64 only as a placeholder. For q, `f64` is the exact
+// pre-quantization value in code units (the real norm output times the scale's multiplier, to
+// within 2^-52 relative: y's binary64 value times the multiplier, rounded) and `ties` is 1 where that exact value lies on a code boundary to within
+// its binary64 rounding: a correct kernel with any error at all there may give either code.
+// MX and NVFP4 block scales have `ties` too: 1 where the exact amax of their block lies on a
+// step of the scale function to within one float32 ulp (a power of two for the MX floor rule).
 struct Output {
   Tensor value;
   std::vector<double> f64;
   std::vector<std::uint8_t> certified;
+  std::string codes;                 // "" for a floating-point output
+  std::vector<std::uint8_t> ties;    // q and block scales of a quant case; empty otherwise
 };
 
 struct Stats {
