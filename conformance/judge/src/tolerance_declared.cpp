@@ -22,7 +22,13 @@ void explain_declared(CaseResult& res, const fix::FixtureCase& fc, const Outputs
     const OutputResult* a = nullptr;
     for (const auto& p : plain.outputs)
       if (p.name == o.name) a = &p;
-    if (a && a->verdict != Verdict::failed)
+    if (a && a->verdict == Verdict::mistrusted)
+      // Under `any` the output is not compared at all: no bound of `any` to be "within".
+      o.reason = fmt::format(
+          "the declared reduction class {} is what failed: {}; under the bound of any correct algorithm "
+          "this output is MISTRUSTED, not compared ({}): the declaration is what makes it comparable",
+          name_of(red), o.reason, a->reason);
+    else if (a && a->verdict != Verdict::failed)
       o.reason = fmt::format(
           "the declared reduction class {} is what failed: {}; within the bound of any correct algorithm "
           "(largest error {:.3g} of that allowance), so a kernel of another class would conform",

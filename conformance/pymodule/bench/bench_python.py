@@ -1,6 +1,6 @@
 """Speed of import normcheck, as a kernel's pytest meets it: normcheck.reference on a 1024x4096
 float32 LayerNorm against a numpy float64 two-pass of the same rows (same process), the check
-of that case, and the per-call overhead of reference() and check() on tiny cases.
+of that case (under `any` and under reduction="two_pass"), and the per-call overhead of reference() and check() on tiny cases.
 Usage: PYTHONPATH=<build>/python /usr/bin/python3 bench_python.py [--repeat N]"""
 import argparse
 import time
@@ -38,10 +38,12 @@ def main():
     case = normcheck.reference("layernorm", x, w, b, eps=1e-5)
     y = case.expected["y"]
     chk = best(lambda: normcheck.check({"y": y}, case), a.repeat)
+    chk2 = best(lambda: normcheck.check({"y": y}, case, reduction="two_pass"), a.repeat)
     print(f"1024x4096 float32 layernorm (min / median of {a.repeat}):")
     print(f"  normcheck.reference      {ref[0] * 1e3:8.1f} / {ref[1] * 1e3:8.1f} ms")
     print(f"  numpy float64 two-pass   {npy[0] * 1e3:8.1f} / {npy[1] * 1e3:8.1f} ms   (reference / numpy = {ref[0] / npy[0]:.1f}x)")
     print(f"  normcheck.check (y)      {chk[0] * 1e3:8.1f} / {chk[1] * 1e3:8.1f} ms")
+    print(f"  same, reduction=two_pass {chk2[0] * 1e3:8.1f} / {chk2[1] * 1e3:8.1f} ms")
     tiny = rng.standard_normal((2, 8)).astype(np.float32)
     n = 2000
     t = best(lambda: [normcheck.reference("layernorm", tiny, eps=1e-5) for _ in range(n)], 3)[0] / n

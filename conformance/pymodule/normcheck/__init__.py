@@ -71,10 +71,11 @@ class Case:
         values = torch.from_numpy(self.expected[name])
         return values.to(torch.bfloat16) if self.dtypes[name] == "bfloat16" else values
 
-    def check(self, outputs, *, dtype_compute=None, candidate_declares=(), diagnose=True, dtype=None):
+    def check(self, outputs, *, dtype_compute=None, candidate_declares=(), reduction="any", diagnose=True,
+              dtype=None):
         """normcheck.check(outputs, self, ...)."""
         return check(outputs, self, dtype_compute=dtype_compute, candidate_declares=candidate_declares,
-                     diagnose=diagnose, dtype=dtype)
+                     reduction=reduction, diagnose=diagnose, dtype=dtype)
 
     def save(self, path, *, overwrite=False):
         """Writes the case (inputs and certified outputs) as a one-case fixture file that the
@@ -136,10 +137,12 @@ class CheckResult:
     """The judge's verdict on a case: ``verdict`` (the most severe of the outputs'), ``outputs``
     (name -> OutputCheck), ``diagnosis`` (for a FAILED case: the known faults that best explain
     the outputs, best first; each with dialect, fault_class, title, score, explains, evidence,
-    parameters) and ``message``, the whole in words."""
+    parameters), ``reduction`` (the declared reduction class it was judged under) and
+    ``message``, the whole in words."""
 
-    def __init__(self, case, core_result, allowance, error, not_judged):
+    def __init__(self, case, core_result, allowance, error, not_judged, reduction="any", declares=()):
         self.case = case
+        self.reduction, self.declares = reduction, tuple(declares)
         self.verdict = core_result.verdict
         self.outputs = {o.name: OutputCheck(o, allowance.get(o.name), error.get(o.name)) for o in core_result.outputs}
         self.diagnosis = list(core_result.diagnosis)
@@ -161,7 +164,8 @@ class CheckResult:
         a = self.case.attributes
         lines = [f"normcheck: {self.verdict}: case {self.case.id} ({a['op']} {a['direction']}, x {a['dtype_x']}, "
                  f"out {a['dtype_out']}, compute {a['dtype_compute']}, eps {a['epsilon']:.6g}, contract "
-                 f"{a['contract']}, x shape {a['shape']})"]
+                 f"{a['contract']}, x shape {a['shape']}"
+                 + ("" if self.reduction == "any" else f", declared reduction class {self.reduction}") + ")"]
         for o in self.outputs.values():
             lines.append("  " + o.summary())
             if o.worst is not None and o.verdict != "PASSED":
@@ -282,28 +286,48 @@ def _declarations(candidate_declares):
     return declares
 
 
-def check(outputs, case, *, dtype_compute=None, candidate_declares=(), diagnose=True, dtype=None):
+def _reduction(reduction):
+    """A declared reduction class ("any", "two_pass", "welford", "pairwise:B", "blocked:B",
+    "accumulate_f64"; the CLI's --reduction) -> its canonical name; ValueError/TypeError naming
+    the argument otherwise."""
+    if reduction is None:
+        return "any"
+    if not isinstance(reduction, str):
+        raise TypeError(f"reduction: expected a reduction class name such as 'two_pass' or 'pairwise:128', "
+                        f"got {type(reduction).__name__}")
+    return _core.reduction_name(reduction)
+
+
+def check(outputs, case, *, dtype_compute=None, candidate_declares=(), reduction="any", diagnose=True, dtype=None):
     """Judges a kernel's outputs against a case (from reference() or a fixture file) -> CheckResult.
 
     outputs: a dict name -> array/tensor ("y", "mean", "rstd", "residual_out"; backward "dx",
     "dweight", ...), or one array for y (dx backward). Outputs not given are not judged.
     dtype_compute: the dtype the kernel computes its statistics in, if not the case's (the
     case is then re-evaluated with it). candidate_declares: what the kernel declares that
-    changes the comparison: "flush_subnormal_outputs". Raises TypeError/ValueError naming the
-    argument for outputs of the wrong kind; a wrong shape is a FAILED output, not an error."""
+    changes the comparison: "flush_subnormal_outputs". reduction: the kernel's declared reduction
+    class, as the CLI's --reduction ("any", the default: any correct algorithm; "two_pass",
+    "welford", "pairwise:B", "blocked:B", "accumulate_f64"; conformance/TOLERANCE.md, section 9):
+    the outputs are judged under that class's (narrower) allowances, and an output that fails
+    them but not those of "any" has a reason starting "the declared reduction class C is what
+    failed". Raises TypeError/ValueError naming the argument for outputs of the wrong kind or a
+    bad class; a wrong shape is a FAILED output, not an error."""
     if not isinstance(case, Case):
         raise TypeError(f"case: expected a normcheck.Case (from reference() or a fixture file), got {type(case).__name__}")
     declares = _declarations(candidate_declares)
+    reduction = _reduction(reduction)
     dtype_compute = _dtype_name(dtype_compute, "dtype_compute")
     if dtype_compute is not None and dtype_compute != case.attributes["dtype_compute"]:
         case = Case(case._core.with_dtype_compute(dtype_compute))
-    return _judge(case, _outputs_of(outputs, case, dtype), declares, diagnose)
+    return _judge(case, _outputs_of(outputs, case, dtype), declares, diagnose, reduction)
 
 
-def _judge(case, given, declares, diagnose=True):
-    """check() on outputs already converted by _outputs_of."""
-    result, allowance, error = case._core.judge(given, "flush_subnormal_outputs" in declares, bool(diagnose))
-    return CheckResult(case, result, allowance, error, [n for n in case.dtypes if n not in given])
+def _judge(case, given, declares, diagnose=True, reduction="any"):
+    """check() on outputs already converted by _outputs_of, `reduction` already validated."""
+    result, allowance, error = case._core.judge(given, "flush_subnormal_outputs" in declares, bool(diagnose),
+                                                reduction)
+    return CheckResult(case, result, allowance, error, [n for n in case.dtypes if n not in given], reduction,
+                       declares)
 
 
 from . import fixtures, testing  # noqa: E402  (they use the names above)

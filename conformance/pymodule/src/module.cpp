@@ -24,6 +24,7 @@
 #include "normcheck/fixtures/generate.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
 #include "normcheck/judge/checker.hpp"
+#include "normcheck/judge/declared.hpp"
 #include "normcheck/judge/diagnosis.hpp"
 #include "normcheck/judge/tolerance.hpp"
 #include "normcheck/reference/contract.hpp"
@@ -45,6 +46,16 @@ struct ArgTypeError : std::runtime_error {
 ref::DType dtype_arg(const std::string& name, const char* arg) {
   if (auto t = ref::parse_dtype(name)) return *t;
   throw ArgError(std::string(arg) + ": unknown dtype '" + name + "' (float64, float32, float16, bfloat16)");
+}
+
+// A declared reduction class ("two_pass", "pairwise:128", ...; TOLERANCE.md, section 9) as the
+// CLI's --reduction parses it; a bad one is a ValueError naming the argument.
+conf::Reduction reduction_arg(const std::string& name) {
+  try {
+    return conf::parse_reduction(name);
+  } catch (const std::invalid_argument& e) {
+    throw ArgError(std::string("reduction: ") + e.what());
+  }
 }
 
 // The field of a ref::CaseError as the Python argument that sets it.
@@ -222,15 +233,18 @@ py::dict attributes_of(const ref::Case& c) {
   return d;
 }
 
-// The judge on one case: verdicts, the diagnosis of a failure, and per output the allowance and
-// the error of every element (NaN where the element is mistrusted).
+// The judge on one case, as the CLI's runner judges it: under the allowances of the declared
+// reduction class `red` (`any`: every correct algorithm), the diagnosis of a failure that can be
+// diagnosed (conf::diagnosable: not a malformed output), and where an output fails its class but
+// not `any`, a reason that says the declaration is what failed (declared.hpp). Per output: the
+// allowance and the error of every element (NaN where the element is mistrusted).
 struct Judgement {
   conf::CaseResult result;
   std::map<std::string, std::vector<double>> allowance, error;
 };
 
 Judgement judge(const fix::FixtureCase& fc, const std::map<std::string, std::pair<py::array, std::string>>& outputs,
-                bool flush_subnormal_outputs, bool diagnose) {
+                bool flush_subnormal_outputs, bool diagnose, const conf::Reduction& red) {
   conf::Outputs got;
   for (const auto& [name, arr] : outputs) {
     auto it = fc.expected.find(name);
@@ -255,14 +269,15 @@ Judgement judge(const fix::FixtureCase& fc, const std::map<std::string, std::pai
     for (const auto& [name, t] : got) subset->expected.emplace(name, fc.expected.at(name));
   }
   const fix::FixtureCase& judged = subset ? *subset : fc;
-  const auto allow = conf::derive_allowances(fc.c);
+  const auto allow = conf::derive_allowances(fc.c, red);
   conf::CheckOptions opt;
   opt.flush_subnormal_outputs = flush_subnormal_outputs;
   j.result = conf::check_case(judged, got, allow, opt);
-  if (diagnose && j.result.verdict == conf::Verdict::failed) {
+  if (diagnose && conf::diagnosable(j.result)) {
     j.result.diagnosis = conf::diagnose(judged, got, allow);
     j.result.diagnosed = true;
   }
+  conf::explain_declared(j.result, judged, got, red, opt);
   conf::describe_case(j.result, fc);
   for (const auto& [name, e] : judged.expected) {
     const auto a = allow.find(name);
@@ -375,14 +390,16 @@ PYBIND11_MODULE(_core, m) {
       .def(
           "judge",
           [](const fix::FixtureCase& fc, const std::map<std::string, std::pair<py::array, std::string>>& outputs,
-             bool flush, bool diagnose) {
-            Judgement j = judge(fc, outputs, flush, diagnose);
+             bool flush, bool diagnose, const std::string& reduction) {
+            const conf::Reduction red = reduction_arg(reduction);
+            Judgement j = judge(fc, outputs, flush, diagnose, red);
             py::dict allowance, error;
             for (const auto& [k, v] : j.allowance) allowance[py::str(k)] = f64_array(v, fc.expected.at(k).value.shape);
             for (const auto& [k, v] : j.error) error[py::str(k)] = f64_array(v, fc.expected.at(k).value.shape);
             return py::make_tuple(j.result, allowance, error);
           },
-          py::arg("outputs"), py::arg("flush_subnormal_outputs") = false, py::arg("diagnose") = true)
+          py::arg("outputs"), py::arg("flush_subnormal_outputs") = false, py::arg("diagnose") = true,
+          py::arg("reduction") = "any")
       .def(
           "with_dtype_compute",
           [](const fix::FixtureCase& fc, const std::string& dtype) {
@@ -578,6 +595,9 @@ PYBIND11_MODULE(_core, m) {
     for (const auto& c : ref::builtin_contracts()) out.emplace_back(c.name, c.models);
     return out;
   });
+  m.def(
+      "reduction_name", [](const std::string& name) { return conf::name_of(reduction_arg(name)); },
+      py::arg("reduction"));
   m.def("hex_text", &ref::hex_text, py::arg("value"));
   m.def(
       "decimal_text", [](double v, const std::string& dtype) { return ref::decimal_text(v, dtype_arg(dtype, "dtype")); },

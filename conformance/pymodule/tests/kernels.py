@@ -1,6 +1,6 @@
 """Small numpy kernels for the tests, written independently of normcheck: correct ones (two-pass,
-Welford, in float32 like a GPU kernel's accumulators) and faulty ones (one-pass variance, eps
-outside the sqrt)."""
+Welford, in float32 like a GPU kernel's accumulators) and faulty ones (one-pass variance with
+pairwise or sequential sums, eps outside the sqrt)."""
 import numpy as np
 
 F = np.float32
@@ -32,6 +32,17 @@ def one_pass(x, w, b, eps):
     x = x.astype(F)
     mean = x.mean(axis=-1, keepdims=True, dtype=F)
     var = np.maximum((x * x).mean(axis=-1, keepdims=True, dtype=F) - mean * mean, F(0))
+    rstd = F(1) / np.sqrt(var + F(eps))
+    return ((x - mean) * rstd * w + b).astype(F)
+
+
+def one_pass_seq(x, w, b, eps):
+    """The same one-pass variance with sequential float32 sums (a loop over the row, as one
+    thread's accumulator): np.cumsum adds in order. one_pass's sums are numpy's pairwise ones."""
+    x = x.astype(F)
+    n = F(x.shape[-1])
+    mean = np.cumsum(x, axis=-1, dtype=F)[..., -1:] / n
+    var = np.maximum(np.cumsum(x * x, axis=-1, dtype=F)[..., -1:] / n - mean * mean, F(0))
     rstd = F(1) / np.sqrt(var + F(eps))
     return ((x - mean) * rstd * w + b).astype(F)
 

@@ -79,3 +79,46 @@ def test_generate_writes_the_cli_bytes(tmp_path):
     finally:
         os.chdir(cwd)
     assert (tmp_path / "cli.h5").read_bytes() == (tmp_path / "py.h5").read_bytes()
+
+
+def _tiny_list(tmp_path):
+    src = json.load(open(normcheck.fixtures.tier_path("smoke")))
+    ids = ("rms_f32_offset1",)
+    lst = tmp_path / "tiny.json"
+    lst.write_text(json.dumps(dict(src, tier="tiny", cases=[c for c in src["cases"] if c.get("id") in ids])))
+    return lst
+
+
+def _generate_in_child(tmp_path, name, stderr_tty, progress="None"):
+    """Runs fixtures.generate in a child whose stderr is a pseudo-terminal (or a pipe); returns
+    what it wrote to stderr."""
+    import pty
+
+    code = (f"import normcheck; normcheck.fixtures.generate(cases={str(_tiny_list(tmp_path))!r}, "
+            f"output={str(tmp_path / name)!r}, progress={progress})")
+    if not stderr_tty:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stderr
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=120) == 0, out
+    return out.decode(errors="replace")
+
+
+def test_generate_progress_bar_on_a_terminal_only(tmp_path):
+    bar = _generate_in_child(tmp_path, "a.h5", stderr_tty=True)
+    assert "[" + "=" * 30 + "] 1/1 rms_f32_offset1" in bar, repr(bar)
+    assert "] 1/1" not in _generate_in_child(tmp_path, "b.h5", stderr_tty=False)
+    assert "] 1/1" not in _generate_in_child(tmp_path, "c.h5", stderr_tty=True, progress="False")

@@ -13,8 +13,9 @@ namespace normcheck::conf {
 
 // check_case under `allow` = derive_allowances(fc.c, red). When `red` is not `any` and an
 // output FAILED, the outputs are checked again under the bound of `any`: an output within it
-// has its reason start with "the declared reduction class C is what failed", one beyond it
-// says that it fails `any` too. Verdicts are those under `allow`.
+// has its reason start with "the declared reduction class C is what failed" (and say, where
+// `any` MISTRUSTS it, that only the declaration makes it comparable), one beyond it says that it
+// fails `any` too. Verdicts are those under `allow`.
 CaseResult check_declared(const fix::FixtureCase& fc, const Outputs& got,
                           const std::map<std::string, OutputAllowance>& allow, const Reduction& red,
                           const CheckOptions& opt = {});
