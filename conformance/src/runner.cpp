@@ -160,6 +160,24 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
   return j;
 }
 
+// Outputs an outputs file marks unsupported (an attribute with the reason): UNSUPPORTED with that
+// reason instead of MISSING; a case whose other outputs pass is UNSUPPORTED, its message naming them.
+void mark_unsupported(CaseResult& res, const std::map<std::string, std::string>& marked) {
+  if (marked.empty()) return;
+  std::vector<std::string> names;
+  for (auto& o : res.outputs) {
+    const auto it = marked.find(o.name);
+    if (it == marked.end()) continue;
+    o.verdict = Verdict::unsupported;
+    o.reason = it->second;
+    names.push_back(o.name);
+  }
+  res.verdict = Verdict::passed;
+  for (const auto& o : res.outputs) res.verdict = std::max(res.verdict, o.verdict);
+  if (res.verdict == Verdict::unsupported)
+    res.message = fmt::format("the outputs file marks {} unsupported", fmt::join(names, ", "));
+}
+
 void tally(CandidateRun& run, const CaseResult& r) {
   ++run.summary[r.verdict];
   run.cases.push_back(r);
@@ -328,11 +346,11 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
   for (const auto& id : fids)
     if (selected(id, opt.case_globs)) ids.push_back(id);
   // Reading (HDF5, one thread at a time) runs one case ahead of deriving and checking.
-  using Pair = std::pair<fix::FixtureCase, std::optional<fix::FixtureCase>>;
+  using Pair = std::pair<fix::FixtureCase, std::optional<fix::OutputsCase>>;
   auto load = [&](std::size_t i) {
     Pair p;
     p.first = fixtures.read_case(ids[i]);
-    if (std::binary_search(oids.begin(), oids.end(), ids[i])) p.second = outputs.read_case(ids[i]);
+    if (std::binary_search(oids.begin(), oids.end(), ids[i])) p.second = outputs.read_outputs_case(ids[i]);
     return p;
   };
   std::future<Pair> next;
@@ -357,7 +375,7 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
     fix::FixtureCase& fc = loaded.first;
     Outputs got;
     if (loaded.second) {
-      fix::FixtureCase& oc = *loaded.second;
+      fix::FixtureCase& oc = loaded.second->fc;
       for (auto& [name, o] : oc.expected) {
         if (!fc.expected.count(name))
           throw fix::FixtureError(opt.outputs,
@@ -367,12 +385,18 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
         got.emplace(name, std::move(o.value));
       }
     }
+    const std::map<std::string, std::string> no_marks;
+    const auto& marked = loaded.second ? loaded.second->unsupported : no_marks;  // SCHEMA.md, "Outputs files"
     CaseResult res;
     if (fc.c.quant) {  // not judged: reported as such, never PASSED
       res.case_id = id;
       res.verdict = Verdict::unsupported;
       res.message = kQuantNotJudged;
-    } else if (got.empty()) {
+    } else if (marked.count("")) {
+      res.case_id = id;
+      res.verdict = Verdict::unsupported;
+      res.message = marked.at("");
+    } else if (got.empty() && marked.empty()) {
       res.case_id = id;
       res.verdict = Verdict::missing;
       res.message = "the outputs file has no outputs for this case";
@@ -387,6 +411,8 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
     } else {
       const auto allow = derive_allowances(fc.c, run.info.caps.reduction);
       res = check_case(fc, got, allow, check_options_of(run.info.caps));
+      reject_unrepresentable(res, got, loaded.second ? loaded.second->wider_values : std::set<std::string>{});
+      mark_unsupported(res, marked);
       if (opt.diagnose && diagnosable(res)) {
         res.diagnosis = diagnose(fc, got, allow);
         res.diagnosed = true;

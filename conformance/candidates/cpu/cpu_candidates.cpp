@@ -109,6 +109,13 @@ CandidateInfo info_of(const CpuSpec& s) {
     i.fault = fault_line(*f);
   }
   i.caps = cpu_caps();
+  // The reduction class (conformance/TOLERANCE.md, section 9) of the kernel's sums (arith.hpp):
+  // two-pass sequential sums; Welford updates. A mutant declares the class of the kernel it is
+  // built on, as its author would: the fault is what breaks it. The pairwise kernel declares
+  // nothing: its column sums' final combination of levels is not a balanced tree, so the
+  // pairwise depth is not proven for them (../reduction/README.md).
+  if (s.reduction == R::two_pass) i.caps.reduction = conf::Reduction{conf::ReductionKind::two_pass, 0};
+  if (s.reduction == R::welford) i.caps.reduction = conf::Reduction{conf::ReductionKind::welford, 0};
   return i;
 }
 

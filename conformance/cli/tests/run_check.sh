@@ -119,6 +119,61 @@ expect check-partial 1 "" -- check --fixtures "$fx" --outputs "$tmp/partial.h5"
 grep -q "MISSING" "$tmp/out" && ok || bad "MISSING in the table"
 expect check-shape 1 "" -- check --fixtures "$fx" --outputs "$tmp/shape.h5" --verbose
 grep -q "shape \[" "$tmp/out" && ok || bad "wrong shape named"
+# Outputs stored wider than their dtype (fixtures/SCHEMA.md, "Outputs files"): exact values of the
+# dtype as float64 conform; one bfloat16 y value halfway between its certified value and the exact
+# one (closer to the exact value, so inside its allowance) is FAILED "not a bfloat16 value" unless the file declares wider_values = 1. Cases and
+# outputs marked unsupported are UNSUPPORTED with the reason given, and a file whose every other
+# output passes exits 0.
+"$python" - "$fx" "$tmp" <<'PY' || bad "writing wide/unsupported outputs files"
+import h5py, numpy as np, sys
+fx, tmp = sys.argv[1], sys.argv[2]
+with h5py.File(fx) as f:
+    ids = sorted(f["cases"])
+    text = lambda a: a.decode() if isinstance(a, bytes) else str(a)
+    bf = [c for c in ids if text(f["cases"][c].attrs["dtype_out"]) == "bfloat16" and
+          {"y", "mean"} <= set(f["cases"][c]["expected"])]
+    open(tmp + "/bf_case", "w").write(bf[0])
+    files = {k: h5py.File(f"{tmp}/{k}.h5", "w") for k in ("wide", "unrounded", "declared", "marked")}
+    for cid in ids:
+        for name, ds in f["cases"][cid]["expected"].items():
+            v = exact = ds[...].astype(np.float64)
+            files["wide"].create_dataset(f"cases/{cid}/outputs/{name}", data=v)
+            if cid == bf[0] and name == "y":  # halfway towards the exact value: closer to it
+                f64 = f["cases"][cid]["expected_f64"][name][...]
+                k = int(np.flatnonzero(f64 != v)[0])
+                v = v.copy(); v.flat[k] = (v.flat[k] + f64.flat[k]) / 2
+            files["unrounded"].create_dataset(f"cases/{cid}/outputs/{name}", data=v)
+            files["declared"].create_dataset(f"cases/{cid}/outputs/{name}", data=v)
+            if cid == bf[1]:
+                continue
+            d = files["marked"].create_dataset(f"cases/{cid}/outputs/{name}", data=exact if cid != bf[0] or name != "mean" else [0.0])
+            if cid == bf[0] and name == "mean":
+                d.attrs["unsupported"] = "no mean output in this API"
+        if cid == bf[1]:
+            files["marked"].create_group(f"cases/{cid}").attrs["unsupported"] = "no bfloat16 path"
+    files["declared"].attrs["wider_values"] = 1
+    for h in files.values():
+        h.close()
+PY
+bfcase="$(cat "$tmp/bf_case")"
+expect check-wide-exact 0 "" -- check --fixtures "$fx" --outputs "$tmp/wide.h5"
+expect check-unrounded 1 "" -- check --fixtures "$fx" --outputs "$tmp/unrounded.h5" --verbose
+grep -q "not a bfloat16 value: element \[" "$tmp/out" && grep -q "FAILED *$bfcase" "$tmp/out" && ok ||
+  bad "check-unrounded: 'not a bfloat16 value' for $bfcase missing: $(grep -m3 -A3 "$bfcase" "$tmp/out")"
+expect check-declared-wider 0 "" -- check --fixtures "$fx" --outputs "$tmp/declared.h5"
+expect check-marked 0 "" -- check --fixtures "$fx" --outputs "$tmp/marked.h5" --verbose --json "$tmp/m.json"
+"$python" - "$tmp/m.json" "$bfcase" <<'PY' && ok || bad "check-marked: verdicts or reasons"
+import json, sys
+r = json.load(open(sys.argv[1]))
+cases = {c["case_id"]: c for c in r["cases"]}
+c = cases[sys.argv[2]]
+assert c["verdict"] == "UNSUPPORTED", c["verdict"]
+mean = [o for o in c["outputs"] if o["name"] == "mean"][0]
+assert mean["verdict"] == "UNSUPPORTED" and mean["reason"] == "no mean output in this API", mean
+assert [o for o in c["outputs"] if o["name"] == "y"][0]["verdict"] == "PASSED"
+whole = [x for x in r["cases"] if x.get("message") == "no bfloat16 path"]
+assert len(whole) == 1 and whole[0]["verdict"] == "UNSUPPORTED", whole
+PY
 expect check-alien 2 "case not_a_case is not in the fixture file" -- check --fixtures "$fx" --outputs "$tmp/alien.h5"
 expect check-not-hdf5 2 "is not an HDF5 file" -- check --fixtures "$fx" --outputs "$tmp/text.h5"
 expect check-empty-glob 1 "nothing was checked" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*'

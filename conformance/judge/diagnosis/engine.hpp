@@ -168,7 +168,7 @@ class Engine {
   static bool same_h_and_stats(const Knobs& a, const Knobs& b) {
     return a.res == b.res && a.pts.h == b.pts.h && a.h_round_x == b.h_round_x && a.res_out == b.res_out &&
            a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
-           a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype &&
+           a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype && a.sum_lanes == b.sum_lanes &&
            a.rstd_round == b.rstd_round && a.stat_dims == b.stat_dims;
   }
   mutable std::optional<Columns> cols_;
@@ -632,7 +632,7 @@ class Engine {
   bool same_semantics(const Knobs& a, const Knobs& b) const {
     if (c_.block != ref::Block::none)  // what run_block reads
       return a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
-             a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype &&
+             a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype && a.sum_lanes == b.sum_lanes &&
              a.rstd_round == b.rstd_round && a.offset == b.offset && a.block == b.block;
     if (c_.direction == ref::Direction::backward) {
       // Backward reads neither the bias (dbias is sum(dy) either way) nor where it is added.
@@ -653,7 +653,7 @@ class Engine {
  private:
   static bool same_statistics(const Knobs& k, const Knobs& s) {
     return k.centre == s.centre && k.eps == s.eps && k.eps_place == s.eps_place && k.unbiased == s.unbiased &&
-           k.pad_lanes == s.pad_lanes && k.arith == s.arith && k.arith_dtype == s.arith_dtype &&
+           k.pad_lanes == s.pad_lanes && k.arith == s.arith && k.arith_dtype == s.arith_dtype && k.sum_lanes == s.sum_lanes &&
            k.stat_dims == s.stat_dims && k.rstd_round == s.rstd_round && k.weight == s.weight &&
            k.bias_missing == s.bias_missing && k.offset == s.offset &&
            k.weight_flat_index == s.weight_flat_index && k.pts.h == s.pts.h && k.res == s.res &&

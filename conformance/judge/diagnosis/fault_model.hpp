@@ -48,6 +48,10 @@ struct Knobs {
   bool pad_lanes = false;
   StatArith arith = StatArith::exact;
   DType arith_dtype = DType::float32;  // one_pass: every statistics operation; accumulate: the sums
+  // one_pass: the order of its two sums. 0: sequential; P > 0: P strided lanes, each summed in
+  // order, folded in halves (lane[i] += lane[i + s], s = P/2 .. 1: a GPU shared-memory tree);
+  // -1: pairwise (recursive halves of the row).
+  std::int64_t sum_lanes = 0;
   std::optional<std::vector<std::int64_t>> stat_dims;  // statistics over these dims of x instead
   std::optional<DType> rstd_round;
   bool rstd_out_unrounded = false;  // the rstd output holds the value before rstd_round
@@ -148,6 +152,41 @@ auto sum4(std::int64_t n, const F& f) {
   return (a0 + a1) + (a2 + a3);
 }
 
+// The sums of h and of h^2 over [lo, hi), every operation rounded to t, in order.
+template <class Real>
+void seq_sums(const Real* h, std::int64_t lo, std::int64_t hi, std::int64_t step, DType t, double& s1, double& s2) {
+  s1 = 0, s2 = 0;
+  for (std::int64_t i = lo; i < hi; i += step) {
+    const double hv = rnd(h[i], t);
+    s1 = rnd(s1 + hv, t);
+    s2 = rnd(s2 + rnd(hv * hv, t), t);
+  }
+}
+
+// The same sums by recursive halves of [lo, hi) (pairwise summation).
+template <class Real>
+void pairwise_sums(const Real* h, std::int64_t lo, std::int64_t hi, DType t, double& s1, double& s2) {
+  if (hi - lo <= 1) return seq_sums(h, lo, hi, 1, t, s1, s2);
+  const std::int64_t mid = lo + (hi - lo) / 2;
+  double a1, a2, b1, b2;
+  pairwise_sums(h, lo, mid, t, a1, a2);
+  pairwise_sums(h, mid, hi, t, b1, b2);
+  s1 = rnd(a1 + b1, t);
+  s2 = rnd(a2 + b2, t);
+}
+
+// A one-pass kernel's sums of h and h^2 in the order `lanes` names (Knobs::sum_lanes).
+template <class Real>
+void one_pass_sums(const Real* h, std::int64_t n, std::int64_t lanes, DType t, double& s1, double& s2) {
+  if (lanes == 0) return seq_sums(h, 0, n, 1, t, s1, s2);
+  if (lanes < 0) return pairwise_sums(h, 0, n, t, s1, s2);
+  std::vector<double> a(static_cast<std::size_t>(lanes)), b(static_cast<std::size_t>(lanes));
+  for (std::int64_t l = 0; l < lanes; ++l) seq_sums(h, l, n, lanes, t, a[l], b[l]);
+  for (std::int64_t s = lanes / 2; s > 0; s /= 2)
+    for (std::int64_t i = 0; i < s; ++i) a[i] = rnd(a[i] + a[i + s], t), b[i] = rnd(b[i] + b[i + s], t);
+  s1 = a[0], s2 = b[0];
+}
+
 // Mean, variance (the biased one, or the dialect's) and rstd of h[0..n).
 template <class Real>
 RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType compute) {
@@ -156,14 +195,10 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
   RowStat s;
   const LD N = static_cast<LD>(n);
   if (k.arith == StatArith::one_pass && k.centre) {
-    // E[h^2] - E[h]^2 with every operation rounded to arith_dtype (sequential sums).
+    // E[h^2] - E[h]^2 with every operation rounded to arith_dtype, the sums in k.sum_lanes' order.
     const DType t = k.arith_dtype;
     double s1 = 0, s2 = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double hv = rnd(h[i], t);
-      s1 = rnd(static_cast<LD>(s1) + hv, t);
-      s2 = rnd(static_cast<LD>(s2) + rnd(static_cast<LD>(hv) * hv, t), t);
-    }
+    one_pass_sums(h, n, k.sum_lanes, t, s1, s2);
     const double m = rnd(s1 / N, t);
     const double var = rnd(rnd(s2 / N, t) - static_cast<LD>(rnd(static_cast<LD>(m) * m, t)), t);
     s.mean = m;

@@ -203,6 +203,31 @@ std::vector<Variant> eps_other_value_variants(const Ctx& x) {
   return out;
 }
 
+// A one-pass variance in T, its sums in each order kernels use (Knobs::sum_lanes): sequential
+// (CPU loops), pairwise (recursive halves), and P strided lanes folded in halves (GPU
+// shared-memory trees, P = 32 .. 1024; a tree of P >= N lanes sums as one of bit_ceil(N)).
+// The dialect explains a one-pass kernel of any of these orders, and is scored by the best. The
+// lane trees only in float32 (what GPU kernels accumulate in; each order is one more run of the
+// screen): float16 and float64 one-pass sums are sequential or pairwise.
+template <DType T>
+std::vector<Variant> one_pass_variants(const Ctx& x) {
+  std::vector<Variant> out;
+  std::vector<std::int64_t> orders = {0, -1};
+  const auto widest =
+      static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(x.g.cols, 1))));
+  for (std::int64_t p = 32; T == DType::float32 && p <= 1024; p *= 2)
+    if (std::find(orders.begin(), orders.end(), std::min(p, widest)) == orders.end()) orders.push_back(std::min(p, widest));
+  for (std::int64_t o : orders) {
+    K k = x.spec;
+    k.arith = StatArith::one_pass;
+    k.arith_dtype = T;
+    k.sum_lanes = o;
+    out.push_back(Variant{k, o > 0 ? std::map<std::string, double>{{"lanes", static_cast<double>(o)}}
+                                   : std::map<std::string, double>{}});
+  }
+  return out;
+}
+
 // The statistics over other dims than the case's, where those differ from its own.
 std::vector<Variant> stats_over(const Ctx& x, std::vector<std::int64_t> d) {
   if (d == x.g.norm_dims) return {};
@@ -343,14 +368,13 @@ const Row kRows[] = {
        k.unbiased = true;
      }},
     {"one_pass_variance_fp32", "one_pass_variance", centred, "one-pass variance E[h^2] - E[h]^2 in float32",
-     [](K& k, const Ctx&) { k.arith = StatArith::one_pass; k.arith_dtype = DType::float32; }},
+     nullptr, nullptr, one_pass_variants<DType::float32>},
     {"one_pass_variance_fp16", "one_pass_variance", centred, "one-pass variance E[h^2] - E[h]^2 in float16",
-     [](K& k, const Ctx&) { k.arith = StatArith::one_pass; k.arith_dtype = DType::float16; }},
+     nullptr, nullptr, one_pass_variants<DType::float16>},
     // In float64 only where the case computes in float64 (elsewhere it is the float32 one's
     // cancellation, far smaller).
     {"one_pass_variance_fp64", "one_pass_variance", centred | computes_f64,
-     "one-pass variance E[h^2] - E[h]^2 in float64",
-     [](K& k, const Ctx&) { k.arith = StatArith::one_pass; k.arith_dtype = DType::float64; }},
+     "one-pass variance E[h^2] - E[h]^2 in float64", nullptr, nullptr, one_pass_variants<DType::float64>},
     {"low_precision_accumulation_fp16", "fp16_accumulation", 0, "row sums accumulated in float16",
      [](K& k, const Ctx&) { k.arith = StatArith::accumulate; k.arith_dtype = DType::float16; }},
     {"low_precision_accumulation_bf16", "bf16_accumulation", 0, "row sums accumulated in bfloat16",

@@ -288,4 +288,26 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
   return res;
 }
 
+void reject_unrepresentable(CaseResult& res, const Outputs& got, const std::set<std::string>& wider) {
+  for (auto& o : res.outputs) {
+    const auto it = got.find(o.name);
+    if (it == got.end() || o.malformed || wider.count(o.name) || o.dtype == ref::DType::float64) continue;
+    const ref::Tensor& t = it->second;
+    std::int64_t bad = 0, first = -1;
+    for (std::size_t i = 0; i < t.data.size(); ++i)
+      if (!std::isnan(t.data[i]) && !ref::representable(t.data[i], o.dtype) && bad++ == 0)
+        first = static_cast<std::int64_t>(i);
+    if (bad == 0) continue;
+    o.verdict = Verdict::failed;
+    o.malformed = true;
+    o.reason = fmt::format(
+        "not a {} value: element [{}] (flat {}) holds {}, which the output's dtype cannot hold ({} of {} elements); "
+        "store the outputs as {} values, or declare wider values with the attribute wider_values = 1",
+        ref::name_of(o.dtype), fmt::join(coords_of(first, t.shape), ", "), first,
+        ref::hex_text(t.data[static_cast<std::size_t>(first)]), bad, t.data.size(), ref::name_of(o.dtype));
+  }
+  res.verdict = Verdict::passed;
+  for (const auto& o : res.outputs) res.verdict = std::max(res.verdict, o.verdict);
+}
+
 }  // namespace normcheck::conf

@@ -103,6 +103,38 @@ TEST(Checker, MissingWrongShapeWrongDtype) {
   EXPECT_NE(output(check_case(fc, got, allow), "mean").reason.find("dtype float16"), std::string::npos);
 }
 
+// An outputs file may store a bfloat16 output as float64 (reject_unrepresentable): exact
+// bfloat16 values stored wider pass; a value no bfloat16 holds (the final rounding skipped: here
+// halfway to the exact value, inside the allowance) FAILS as "not a bfloat16 value" naming
+// the element, unless the output is declared wider on purpose.
+TEST(Checker, ValuesTheDtypeCannotHoldFail) {
+  std::mt19937_64 rng(4);
+  const auto c = ln_case(2, 8, normal(rng, 16, 0, 1, DType::bfloat16), DType::bfloat16);
+  const auto fc = fixture_of(c);
+  const auto allow = derive_allowances(c);
+  Outputs got = perfect(fc);  // every value a bfloat16 value, held in doubles
+  auto r = check_case(fc, got, allow);
+  reject_unrepresentable(r, got, {});
+  EXPECT_EQ(r.verdict, Verdict::passed);
+  const std::size_t k = 9;  // row 1, column 1
+  const double exact = fc.expected.at("y").f64[k];
+  ASSERT_NE(got["y"].data[k], exact);
+  got["y"].data[k] = (got["y"].data[k] + exact) / 2;  // closer to the exact value than a bfloat16
+  ASSERT_FALSE(ref::representable(got["y"].data[k], DType::bfloat16));
+  r = check_case(fc, got, allow);
+  EXPECT_EQ(r.verdict, Verdict::passed) << "the value itself is within its allowance";
+  reject_unrepresentable(r, got, {});
+  EXPECT_EQ(r.verdict, Verdict::failed);
+  const auto& y = output(r, "y");
+  EXPECT_TRUE(y.malformed);
+  EXPECT_NE(y.reason.find("not a bfloat16 value: element [1, 1] (flat 9) holds " + ref::hex_text(got["y"].data[k])),
+            std::string::npos)
+      << y.reason;
+  EXPECT_FALSE(diagnosable(r));
+  r = check_case(fc, got, allow);
+  reject_unrepresentable(r, got, {"y"});  // declared wider on purpose
+  EXPECT_EQ(r.verdict, Verdict::passed);
+}
 
 // Declared flush-to-zero outputs (CheckOptions, TOLERANCE.md "Declared flush-to-zero"): a bfloat16
 // LayerNorm with eps = 1 over a row of subnormal values (y ~ x - mean, subnormal in bfloat16) and a

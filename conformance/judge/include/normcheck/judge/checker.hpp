@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,5 +125,14 @@ void widen_for_flushed_zeros(std::map<std::string, OutputAllowance>& allow, cons
 // the reverse) fails the element.
 CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
                       const std::map<std::string, OutputAllowance>& allow, const CheckOptions& opt = {});
+
+// Values an output's dtype cannot hold: an outputs file (fixtures/SCHEMA.md, "Outputs files")
+// may store a bfloat16, float16 or float32 output in a wider dataset (float64), and a value there
+// that is not a value of the dtype (the final rounding skipped, or done to another format) makes
+// the output FAILED "not a bfloat16 value", naming the first such element and its value in hex
+// (malformed: for its dtype, never diagnosed). Outputs named in `wider` (declared wider on
+// purpose) and outputs already FAILED for their shape are left as they are. The case's verdict
+// is recomputed.
+void reject_unrepresentable(CaseResult& res, const Outputs& got, const std::set<std::string>& wider);
 
 }  // namespace normcheck::conf
