@@ -11,7 +11,7 @@
 // A rule passes a candidate when it passes every case; the table gives the cases each rejects.
 // Codes and scales the fixture does not certify (the kernel's choice by contract) are left out
 // of every rule, as they are of the suite's verdict.
-//   quant_rules QUANT_H5
+//   quant_rules QUANT_H5 [--verbose]   (--verbose: the cases where a rule and the suite disagree)
 #include <fmt/core.h>
 
 #include <cmath>
@@ -110,8 +110,9 @@ Rules apply_rules(const fix::FixtureCase& fc, const conf::Outputs& got) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: quant_rules QUANT_H5\n");
+  const bool verbose = argc == 3 && std::string(argv[2]) == "--verbose";
+  if (argc != 2 && !verbose) {
+    std::fprintf(stderr, "usage: quant_rules QUANT_H5 [--verbose]\n");
     return 2;
   }
   fix::FixtureReader reader(argv[1]);
@@ -136,6 +137,9 @@ int main(int argc, char** argv) {
       ++t.cases;
       t.suite += res.verdict == conf::Verdict::failed;
       for (const auto& o : res.outputs) t.flips += static_cast<int>(o.flips_accepted);
+      if (verbose && (res.verdict == conf::Verdict::failed) != (!r.flashinfer || !r.bounded || !r.exact99 || !r.dequant))
+        fmt::print(stderr, "{} {}: suite {}, flashinfer {}, bounded {}, 99% {}, dequant {}\n", e->info.name, id,
+                   conf::name_of(res.verdict), r.flashinfer, r.bounded, r.exact99, r.dequant);
       t.flashinfer += !r.flashinfer;
       t.bounded += !r.bounded;
       t.exact99 += !r.exact99;
