@@ -186,15 +186,20 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   std::vector<std::unique_ptr<conf::Candidate>> cands;
   std::vector<std::string> specs = a.candidates;
   if (!a.builtins.empty()) {
-    if (a.builtins != "correct" && a.builtins != "mutants" && a.builtins != "all") {
-      fmt::print(stderr, "normcheck run: --builtins takes correct, mutants or all\n");
+    if (a.builtins != "correct" && a.builtins != "mutants" && a.builtins != "all" && a.builtins != "quant-mutants") {
+      fmt::print(stderr, "normcheck run: --builtins takes correct, mutants, all or quant-mutants\n");
       return kExitBadInput;
     }
     for (const auto& e : conf::builtin_candidates()) {
       // correct: the kernels held to conform; all adds the mutants and the external libraries
-      // with recorded findings (builtin:ggml-*: conformance/plugin/bundled_plugins.cpp).
-      const bool take = a.builtins == "all" || (a.builtins == "mutants" ? e.info.kind == conf::CandidateKind::mutant
-                                                                         : e.info.kind == conf::CandidateKind::correct);
+      // with recorded findings (builtin:ggml-*: conformance/plugin/bundled_plugins.cpp). The
+      // quantization mutants (class H) only differ on quantized cases, which no tier but quant
+      // holds yet: quant-mutants selects them, mutants and all leave them out.
+      const bool mutant = e.info.kind == conf::CandidateKind::mutant, quant = mutant && e.info.fault_class == "H";
+      const bool take = a.builtins == "quant-mutants" ? quant
+                        : a.builtins == "all"         ? !quant
+                        : a.builtins == "mutants"     ? mutant && !quant
+                                                      : e.info.kind == conf::CandidateKind::correct;
       if (take) specs.push_back(e.info.name);
     }
   }
@@ -372,7 +377,7 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
   auto* run = app.add_subcommand("run", "Run candidates over a fixture file and check their outputs");
   add_common(run);
   run->add_option("--candidate", a->candidates, "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...' (repeatable)");
-  run->add_option("--builtins", a->builtins, "Also run the built-in candidates: correct, mutants or all");
+  run->add_option("--builtins", a->builtins, "Also run the built-in candidates: correct, mutants, all (mutants and all without the quantization mutants) or quant-mutants (class H, for the quant tier)");
   run->add_option("--json-dir", a->json_dir, "Write one results file per candidate into this directory");
   run->add_flag("--isolate", a->isolate, "Run plugins and builtins in a child process: crashes and hangs become "
                                           "CRASHED / TIMEOUT for that case");

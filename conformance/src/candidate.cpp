@@ -45,6 +45,8 @@ bool contract_supported(const Capabilities& caps, const std::string& spec) {
 
 std::optional<std::string> unsupported_reason(const Capabilities& caps, const ref::Case& c) {
   if (!has(caps.ops, c.op)) return fmt::format("op {} not supported", ref::name_of(c.op));
+  if (c.quant && !caps.quant)
+    return std::string("quantized outputs (q, scale) not supported: fused norm + quantization is judged only for builtin candidates this release");
   if (!has(caps.directions, c.direction))
     return fmt::format("direction {} not supported", ref::name_of(c.direction));
   const std::pair<const char*, ref::DType> roles[] = {{"dtype_x", c.dtype_x},

@@ -22,16 +22,11 @@
 #include <nlohmann/json.hpp>
 
 #include "normcheck/fixtures/error.hpp"
+#include "normcheck/judge/checker_quant.hpp"
 #include "normcheck/judge/declared.hpp"
 #include "normcheck/version.hpp"
 
 namespace normcheck::conf {
-
-// Quantized outputs (fixtures with a quant contract, reference/README.md "Quantized outputs")
-// have certified codes and scales but no checker yet: such cases are UNSUPPORTED with this
-// reason for every candidate and outputs file, so a run of them checks nothing and never passes.
-constexpr const char* kQuantNotJudged =
-    "quantized outputs (q, scale) are not judged yet: the checker for codes and scales is issue #19's next part";
 
 bool CandidateRun::rejected() const {
   for (const auto& [v, n] : summary)
@@ -135,6 +130,9 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
     jo["mistrusted"] = o.mistrusted;
     jo["uncertified"] = o.uncertified;
     jo["flushed"] = o.flushed;
+    if (o.flips_accepted > 0) jo["flips_accepted"] = o.flips_accepted;
+    if (!o.flips.empty()) jo["flips"] = o.flips;
+    if (o.own_scale > 0) jo["own_scale"] = o.own_scale;
     jo["max_ulp"] = number(o.max_ulp);
     jo["max_abs"] = number(o.max_abs);
     jo["max_rel"] = number(o.max_rel);
@@ -189,6 +187,10 @@ std::string describe(const CaseResult& r) {
   std::string s = fmt::format("{:<11} {}", name_of(r.verdict), r.case_id);
   if (!r.message.empty()) s += ": " + r.message;
   for (const auto& o : r.outputs) {
+    if (o.verdict == Verdict::passed && !o.reason.empty()) {  // quantized outputs: accepted flips
+      s += fmt::format("\n    {} PASSED: {}", o.name, o.reason);
+      for (const auto& f : o.flips) s += "\n      " + f;
+    }
     if (o.verdict == Verdict::passed) continue;
     s += fmt::format("\n    {} {}: {}", o.name, name_of(o.verdict), o.reason);
     if (o.verdict == Verdict::failed && o.worst_index >= 0) {
@@ -247,7 +249,7 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
     try {
       fc = next.get();
       if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
-      if (!fc.c.quant) {  // quant cases are not judged (kQuantNotJudged)
+      if (!fc.c.quant) {  // quantized cases derive their own allowances (check_quant_case)
         allow_any = derive_allowances(fc.c);
         for (const auto& r : classes) declared[r] = derive_allowances(fc.c, r);
       }
@@ -265,9 +267,12 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
         double diagnosis_s = 0;
         const auto t0 = std::chrono::steady_clock::now();
         try {
-          if (auto why = fc.c.quant ? std::optional<std::string>(kQuantNotJudged) : candidates[i]->declines(fc.c)) {
+          if (auto why = candidates[i]->declines(fc.c)) {
             res.verdict = Verdict::unsupported;
             res.message = *why;
+          } else if (fc.c.quant) {
+            // Codes and scales (TOLERANCE.md, section 10); no diagnosis panel for them yet.
+            res = check_quant_case(fc, candidates[i]->run(fc.c), check_options_of(candidates[i]->info().caps));
           } else {
             const Outputs got = candidates[i]->run(fc.c);
             const auto judged = judged_outputs(fc, candidates[i]->info().caps);
@@ -388,11 +393,7 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
     const std::map<std::string, std::string> no_marks;
     const auto& marked = loaded.second ? loaded.second->unsupported : no_marks;  // SCHEMA.md, "Outputs files"
     CaseResult res;
-    if (fc.c.quant) {  // not judged: reported as such, never PASSED
-      res.case_id = id;
-      res.verdict = Verdict::unsupported;
-      res.message = kQuantNotJudged;
-    } else if (marked.count("")) {
+    if (marked.count("")) {
       res.case_id = id;
       res.verdict = Verdict::unsupported;
       res.message = marked.at("");
@@ -408,6 +409,9 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
         o.reason = "not in the outputs file";
         res.outputs.push_back(o);
       }
+    } else if (fc.c.quant) {  // codes and scales (TOLERANCE.md, section 10)
+      res = check_quant_case(fc, got, check_options_of(run.info.caps));
+      mark_unsupported(res, marked);
     } else {
       const auto allow = derive_allowances(fc.c, run.info.caps.reduction);
       res = check_case(fc, got, allow, check_options_of(run.info.caps));

@@ -411,3 +411,7 @@ void evaluate_quant(const Case& c, const Options& opt, Result& out) {
 }
 
 }  // namespace normcheck::ref::detail
+
+namespace normcheck::ref {
+Case quant_norm_case(const Case& c) { return detail::norm_case_of(c); }
+}  // namespace normcheck::ref

@@ -50,6 +50,12 @@ constexpr std::array kSpecs{
     CpuSpec{"mut_dweight_warp_width", R::two_pass, F::dweight_warp_width},
     CpuSpec{"mut_dgamma_wrong_index", R::two_pass, F::dgamma_wrong_index},
     CpuSpec{"mut_rows_beyond_grid_limit", R::two_pass, F::rows_beyond_grid_limit},
+    CpuSpec{"mut_activation_rounding_elided", R::two_pass, F::activation_rounding_elided},
+    CpuSpec{"mut_e5m2_clamped_448", R::two_pass, F::e5m2_clamped_448},
+    CpuSpec{"mut_nan_encoded_as_max", R::two_pass, F::nan_encoded_as_max},
+    CpuSpec{"mut_mx_rule_swapped", R::two_pass, F::mx_rule_swapped},
+    CpuSpec{"mut_min_scale_missing", R::two_pass, F::min_scale_missing},
+    CpuSpec{"mut_e4m3fnuz_max", R::two_pass, F::e4m3fnuz_max},
 };
 
 std::string describe(const CpuSpec& s) {
@@ -73,6 +79,7 @@ Capabilities cpu_caps() {
   caps.blocks = true;
   caps.general_axes = true;
   caps.weight_offset = true;
+  caps.quant = true;
   caps.device = "cpu";
   return caps;
 }

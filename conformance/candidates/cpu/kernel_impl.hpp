@@ -15,5 +15,7 @@ ref::Tensor make_tensor(ref::DType t, const std::vector<std::int64_t>& shape);
 
 // Residual blocks (block_kernel.cpp).
 Outputs run_block(const ref::Case& c, Reduction r, Fault f);
+// Fused norm + quantization (quant_kernel.cpp): c.quant is set.
+Outputs run_quant(const ref::Case& c, Reduction r, Fault f);
 
 }  // namespace normcheck::conf::cpu::detail

@@ -57,7 +57,17 @@ enum class Fault : std::uint8_t {
   dweight_warp_width,      // dweight/dbias of columns 32..63 of every 64 dropped (0)
   dgamma_wrong_index,      // dweight's xhat rebuilt from y with gamma/beta of a transposed index
   rows_beyond_grid_limit,  // rows from 65535 on never computed (outputs 0)
+  // H. Quantization (fused norm + quantization cases only; quant_kernel.cpp)
+  activation_rounding_elided,  // the float32 value quantized where the contract rounds to dtype_out
+  e5m2_clamped_448,            // E5M2 values clamped at +-448 (E4M3's max) before the cast
+  nan_encoded_as_max,          // fminf(NaN, max) = max: a NaN element encodes as +max
+  mx_rule_swapped,             // the MX floor and round-up scale rules exchanged
+  min_scale_missing,           // dynamic scale without its min_scale clamp: amax 0 gives NaN codes
+  e4m3fnuz_max,                // E4M3FNUZ's max (240) used for E4M3FN: clamp and qmax
 };
+
+// Whether a fault is one of the quantization step (class H): applied after the norm.
+constexpr bool is_quant_fault(Fault f) { return f >= Fault::activation_rounding_elided; }
 
 inline constexpr int kPairwiseBase = 8;               // sequential block of the pairwise sums
 inline constexpr std::int64_t kGridRowLimit = 65535;  // rows_beyond_grid_limit

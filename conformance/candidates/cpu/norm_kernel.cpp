@@ -361,6 +361,7 @@ Outputs run_norm(const ref::Case& c, Reduction r, Fault f) {
 
 Outputs run_kernel(const ref::Case& c, Reduction r, Fault f) {
   using ref::DType;
+  if (c.quant) return detail::run_quant(c, r, f);
   if (c.block != ref::Block::none) return detail::run_block(c, r, f);
   switch (c.dtype_compute) {
     case DType::float32: return detail::run_norm<detail::Arith<DType::float32>>(c, r, f);

@@ -166,11 +166,35 @@ constexpr std::array kFaults{
     FaultEntry{"rows_beyond_grid_limit", 'G', "rows from 65535 on never computed",
                "launch grid capped at 65535 rows: rows from 65535 on never computed", "apex #411", "`*_rows65537`",
                mutant},
+    // H. Quantization (fused norm + quantization; the quant tier, `fixtures/cases/quant.json`)
+    FaultEntry{"activation_rounding_elided", 'H', "the float32 norm output quantized where the contract rounds it to T",
+               "the rounding of the norm output to the activation dtype elided before the FP8 cast: 1-ulp code flips",
+               "vllm #37838, TensorRT-LLM #14464", "`q_vllm_*` bfloat16 and float16 cases", mutant},
+    FaultEntry{"e5m2_clamped_448", 'H', "E5M2 values clamped at +-448 before the cast",
+               "E5M2 output clamped at E4M3's max (448) instead of 57344", "flashinfer #2612, #4056",
+               "`q_static_e5m2_*`, `q_ocp_mxfp8_e5m2_*` (values above 448)", mutant},
+    FaultEntry{"nan_encoded_as_max", 'H', "`fminf(NaN, 448)`: a NaN encodes as +448",
+               "a clamp with fminf/fmaxf before the FP8 cast (added against overflow NaNs, as in transformers #42775 "
+               "and pytorch #160957; vLLM's quant_utils.cuh clamps so) turns a NaN element into +448",
+               "transformers #42775, pytorch #160957", "`q_*_bf16_nan_row` (static FP8 presets)", mutant},
+    FaultEntry{"mx_rule_swapped", 'H', "the MX floor and round-up scale rules exchanged",
+               "E8M0 block scale by another rounding rule than the contract's (OCP floor against cvt.rp round-up): "
+               "saturation where it must not, or none where it must",
+               "ml-explore/mlx #4353, ROCm/aiter #3212, jax-ml/ml_dtypes #298",
+               "`q_*mxfp8*_bf16_straddle_saturation`, `q_*mxfp8*_normal`", mutant},
+    FaultEntry{"min_scale_missing", 'H', "dynamic scale without its min_scale clamp",
+               "per-token scale amax / qmax without the minimum: an all-zero row gets scale 0 and 0/0 = NaN codes",
+               "huggingface/kernels-community #681, InternLM/lmdeploy #3652", "`q_vllm_dynamic_*_bf16_zero_rows`",
+               mutant},
+    FaultEntry{"e4m3fnuz_max", 'H', "E4M3FNUZ's max (240) used for E4M3FN",
+               "the two E4M3 variants' maxima confused: E4M3FN values clamped at 240 and dynamic scales of amax / 240",
+               "modelscope/DiffSynth-Studio #1528", "`q_vllm_dynamic_fp8_*`, static FP8 cases with values above 240",
+               mutant},
 };
 
-constexpr std::array<std::string_view, 7> kClassNames{
+constexpr std::array<std::string_view, 8> kClassNames{
     "Epsilon",           "Variance and reductions",   "Axis and shape",           "Mixed precision",
-    "Residual and placement", "Parameters as loaded", "Backward and launch limits",
+    "Residual and placement", "Parameters as loaded", "Backward and launch limits", "Quantization",
 };
 
 }  // namespace
@@ -184,7 +208,7 @@ const FaultEntry* find_fault(std::string_view id) {
 }
 
 std::string_view fault_class_name(char cls) {
-  return cls >= 'A' && cls <= 'G' ? kClassNames[static_cast<std::size_t>(cls - 'A')] : std::string_view{};
+  return cls >= 'A' && cls <= 'H' ? kClassNames[static_cast<std::size_t>(cls - 'A')] : std::string_view{};
 }
 
 std::string fault_line(const FaultEntry& f) {
@@ -212,15 +236,15 @@ std::string faults_markdown() {
       "     fails when the two differ. -->\n"
       "\n"
       "Every fault normcheck knows: the faults real normalization kernels, model code and checkpoint\n"
-      "converters shipped, one row each, grouped by class (A-G, the classes the diagnosis and the\n"
-      "mutants name). **Reproduced by** is the bundled mutant that has the fault (`builtin:mut_<id>`;\n"
+      "converters shipped, one row each, grouped by class (A-H, the classes the diagnosis and the\n"
+      "mutants name; H, quantization, has no dialect yet). **Reproduced by** is the bundled mutant that has the fault (`builtin:mut_<id>`;\n"
       "every mutant is a correct two-pass kernel with that one line changed), or \"dialect only\" where\n"
       "the suite has no mutant and the diagnosis still names it (checkpoint conventions, generic\n"
       "faults). **Named by** lists the dialects of the diagnosis panel (conformance/DIAGNOSIS.md) that\n"
       "explain it; an alias counts. **Shipped in** gives public issues and pull requests (repository\n"
       "#number) where the fault was seen. **Shown by** names the inputs that reveal a mutant's fault\n"
       "(cases of the smoke and ci tiers). `normcheck faults --format json` prints the same table.\n";
-  for (char cls = 'A'; cls <= 'G'; ++cls) {
+  for (char cls = 'A'; cls <= 'H'; ++cls) {
     md += fmt::format("\n## {}. {}\n\n", cls, fault_class_name(cls));
     md += "| fault | computes | named by | reproduced by | shipped in | shown by |\n";
     md += "|---|---|---|---|---|---|\n";

@@ -30,6 +30,7 @@ const BoundConstants kBounds{
     /*mistrust=*/0.5,  // a bound of half the row's standard deviation on x-hat means nothing
     /*f64_result=*/1.0,   // a binary64 sum rounded once into the compute dtype (TOLERANCE.md, 9)
     /*exact_round=*/1.0,  // an exact sum of squares divided by n = 2^k: exact; one rounding of margin
+    /*quant_slop=*/0x1p-50,  // y = expected_f64/q / m: 2^-52 (the fixture) + 2^-53 (the division), doubled
 };
 
 namespace {

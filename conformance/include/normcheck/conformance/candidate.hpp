@@ -45,6 +45,10 @@ struct Capabilities {
   // How its sums are formed (candidate.h NC_CAP_REDUCTION; TOLERANCE.md, section 9): `any`
   // holds it to every correct algorithm; a narrower class to that class's (smaller) bound.
   Reduction reduction;
+  // It implements fused norm + quantization (cases with `quant`, reference/README.md "Quantized
+  // outputs"): q as one code per element (NVFP4 unpacked), scales as the fixture stores them.
+  // Only builtin candidates can this release; the plugin ABI and protocol do not carry codes.
+  bool quant = false;
   std::string device = "cpu";
 };
 

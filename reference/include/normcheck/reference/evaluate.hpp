@@ -62,6 +62,12 @@ Result evaluate(const Case& c, const Options& opt = {});
 // do not depend on what the buffers held.
 void evaluate_into(const Case& c, const Options& opt, Result& out);
 
+// The norm part of a quantized case (c.quant set; README.md "Quantized outputs", step 1): the
+// same case without `quant` and its `scale` input, with the residual sum rounded where the
+// contract says so and y in the dtype the contract quantizes (dtype_out, or float32). Its y is
+// the value p a kernel hands to the scale; the judge derives p's allowance from it.
+Case quant_norm_case(const Case& c);
+
 // Frees the calling thread's MPFR caches (constants such as pi that erf fills). A thread that
 // evaluated cases calls it before it ends; otherwise the caches leak with the thread.
 void release_thread_caches();

@@ -65,6 +65,14 @@ struct OutputResult {
   std::vector<std::int64_t> worst_coords;
   double worst_got = 0, worst_expected = 0, worst_exact = 0, worst_allowance = 0;
   ref::DType dtype = ref::DType::float32;
+  // Quantized outputs (checker_quant.hpp): codes that differ from the certified code and were
+  // accepted because the allowance of the value before quantization reaches the code boundary
+  // between them (TOLERANCE.md, section 10), each explained in `flips` (the first few); and the
+  // rows/blocks whose scale legitimately differs, so that their codes were judged against the
+  // candidate's own scale.
+  std::int64_t flips_accepted = 0;
+  std::vector<std::string> flips;
+  std::int64_t own_scale = 0;
   // For the reports: histograms of the error in ulps and of error / allowance, and per row
   // (outputs with rows only) the largest errors.
   ErrorHistogram hist_ulp, hist_ratio;

@@ -1,7 +1,7 @@
 // The fault catalogue: every fault the suite knows, one row each (docs/FAULTS.md is written from
 // it by `normcheck faults --format markdown`, and a test keeps the two equal).
 //
-// A fault has an id, a class (A-G, the vocabulary of the whole suite), the faulty computation,
+// A fault has an id, a class (A-H, the vocabulary of the whole suite; H quantization), the faulty computation,
 // the public issues where it shipped and how the suite reproduces it: a bundled mutant
 // (`builtin:mut_<id>`, which names the fault by its id) or a dialect of the diagnosis only. The
 // dialects that name a fault are the panel's rows whose fault is this id, plus the rows listed in
@@ -23,7 +23,7 @@ enum class Reproduced {
 
 struct FaultEntry {
   std::string_view id;     // "eps_outside_sqrt"; a mutant is builtin:mut_<id>
-  char cls;                // 'A' .. 'G'
+  char cls;                // 'A' .. 'H'
   std::string_view what;   // the faulty computation, short: "rstd = 1/(sqrt(var) + eps)"
   std::string_view text;   // the fault as it shipped, in one sentence
   std::string_view refs;   // public issues and pull requests where it shipped; "" when none known
@@ -38,7 +38,7 @@ std::span<const FaultEntry> fault_catalogue();
 // The row of a fault id; nullptr when the catalogue has none.
 const FaultEntry* find_fault(std::string_view id);
 
-// "Epsilon", "Variance and reductions", ... for 'A' .. 'G'; "" otherwise.
+// "Epsilon", "Variance and reductions", ... "Quantization" for 'A' .. 'H'; "" otherwise.
 std::string_view fault_class_name(char cls);
 
 // The fault in one line with its public issues, "text (refs)": a mutant's `fault` metadata.

@@ -29,6 +29,8 @@ struct BoundConstants {
   // Section 9 (declared reduction classes):
   double f64_result;   // accumulate_f64: roundings of a binary64 sum's result into the compute dtype
   double exact_round;  // an exact sum of squares: roundings (a margin; the division by 2^k is exact)
+  // Section 10 (quantized outputs):
+  double quant_slop;   // relative widening of p's interval: y recovered from expected_f64/q in binary64
 };
 extern const BoundConstants kBounds;
 
