@@ -161,6 +161,8 @@ class Gguf final : public Checkpoint {
     std::uint64_t alignment = 32;
     for (std::uint64_t i = 0; i < n_kv; ++i) {
       const std::string key = c.str("metadata key");
+      // The format (ggml/docs/gguf.md) and ggml's own parser: a key is a non-empty name.
+      if (key.empty()) throw CheckpointError(path_, fmt::format("metadata key {} is empty", i));
       const std::uint32_t type = c.get<std::uint32_t>("metadata value type");
       nlohmann::json v = value(c, type, 0);
       if (key == "general.alignment") {
@@ -179,6 +181,10 @@ class Gguf final : public Checkpoint {
     for (std::uint64_t i = 0; i < n_tensors; ++i) {
       TensorInfo t;
       t.stored_name = c.str("tensor name");
+      // ggml keeps a tensor's name as a C string: a NUL byte would cut it, and llama.cpp would
+      // know the tensor by another name than the one stored.
+      if (t.stored_name.find('\0') != std::string::npos)
+        throw CheckpointError(path_, fmt::format("tensor {}: its name contains a NUL byte", i));
       t.name = t.stored_name;
       const std::string where = "tensor " + t.name;
       const std::uint32_t n_dims = c.get<std::uint32_t>("tensor rank");
@@ -213,13 +219,15 @@ class Gguf final : public Checkpoint {
     if (data_start > size_ && n_tensors > 0)
       throw CheckpointError(path_, fmt::format("data area starts at byte {}, beyond the file ({} bytes)", data_start, size_));
     const std::uint64_t data_size = data_start <= size_ ? size_ - data_start : 0;
-    for (auto& e : extents) {
+    for (std::size_t i = 0; i < extents.size(); ++i) {  // extents[i] is tensors_[i] until sorted below
+      Extent& e = extents[i];
       const std::uint64_t bytes = e.end;
       if (e.begin > data_size || bytes > data_size - e.begin)
         throw CheckpointError(path_, fmt::format("tensor {}: bytes [{}, {}+{}) run beyond the data area ({} bytes)", e.name, e.begin,
                                                  e.begin, bytes, data_size));
       e.end = e.begin + bytes;
       begin_[e.name] = data_start + e.begin;
+      tensors_[i].offset = data_start + e.begin;
     }
     if (begin_.size() != tensors_.size()) throw CheckpointError(path_, "two tensors share a name");
     std::sort(extents.begin(), extents.end(), [](const Extent& x, const Extent& y) { return x.begin < y.begin; });

@@ -87,6 +87,38 @@ def write_gguf(path, kv, tensors, **kw):
         f.write(gguf_bytes(kv, tensors, **kw))
 
 
+def malformed_gguf(good):
+    """Malformed GGUF files, each with a word of the audit's message: `good` is a well-formed
+    file's bytes (truncated here). Used by test_audit.py and by the ggml differential test."""
+    return {
+        "gguf_truncated": (good[:40], "truncated"),
+        "gguf_truncated_data": (good[:len(good) - 64], "beyond the data area"),
+        "gguf_version1": (b"GGUF" + struct.pack("<IQQ", 1, 0, 0), "GGUF version 1"),
+        "gguf_absurd_tensor_count": (b"GGUF" + struct.pack("<IQQ", 3, 2**60, 0) + b"\0" * 64, "tensor count"),
+        "gguf_absurd_kv_count": (b"GGUF" + struct.pack("<IQQ", 3, 0, 2**62) + b"\0" * 64, "key/value count"),
+        "gguf_absurd_string": (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62) + b"k" * 40, "string"),
+        "gguf_absurd_array": (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<IIQ", 9, 4, 2**61),
+                              "array count"),
+        "gguf_unknown_value_type": (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("k") + struct.pack("<I", 77) + b"\0" * 16,
+                                    "unknown metadata value type 77"),
+        "gguf_unknown_ggml_type": (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + gguf_string("t") + struct.pack("<IQIQ", 1, 4, 99, 0)
+                                   + b"\0" * 64, "unknown ggml type 99"),
+        "gguf_rank5": (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + gguf_string("t") + struct.pack("<I", 5) + b"\0" * 80, "rank 5"),
+        "gguf_offset_beyond": (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + gguf_string("t") + struct.pack("<IQIQ", 1, 4, 0, 2**40)
+                               + b"\0" * 64, "beyond the data area"),
+        "gguf_overlap": (b"GGUF" + struct.pack("<IQQ", 3, 2, 0) + gguf_string("a") + struct.pack("<IQIQ", 1, 16, 0, 0)
+                         + gguf_string("b") + struct.pack("<IQIQ", 1, 16, 0, 32) + b"\0" * 160, "overlap"),
+        "gguf_misaligned": (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + gguf_string("t") + struct.pack("<IQIQ", 1, 4, 0, 3)
+                            + b"\0" * 64, "alignment"),
+        "gguf_empty_key": (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_string("") + struct.pack("<I", 4) + struct.pack("<I", 1),
+                           "key 0 is empty"),
+        "gguf_nul_in_name": (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + gguf_string("blk.0\0.attn_norm.weight")
+                             + struct.pack("<IQIQ", 1, 4, 0, 0) + b"\0" * 64, "NUL byte"),
+        "gguf_quant_partial_block": (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + gguf_string("t") + struct.pack("<IQIQ", 1, 33, 2, 0)
+                                     + b"\0" * 64, "whole number"),
+    }
+
+
 # --- HDF5 ---------------------------------------------------------------------------------------
 def write_h5_state_dict(path, tensors):
     """A flat h5py state dict: one dataset per tensor, named by its full dotted name."""

@@ -30,6 +30,7 @@ struct TensorInfo {
   std::vector<std::uint64_t> shape;  // row-major (GGUF's ne[] reversed)
   std::uint64_t elements = 0;
   bool readable = false;    // values can be read as numbers (F64/F32/F16/BF16)
+  std::uint64_t offset = 0; // GGUF: the file offset of the tensor's first byte (0 in the other formats)
 };
 
 class Checkpoint {
