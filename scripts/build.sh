@@ -16,13 +16,18 @@ werror=OFF
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if [[ -f "$build_dir/CMakeCache.txt" ]]; then generator=(); fi  # keep the generator it has
-# The sanitizer build runs the smoke tests only: no benchmarks, and -O1 (what the sanitizers'
-# documentation recommends): an instrumented translation unit takes 2.7x the time of a plain
-# -O2 one to compile, and -O1 cuts that by 29 % (scripts/README.md, "CI time").
-extra=()
+# The sanitizer build runs the smoke tests only: no benchmarks, its libraries and plugins at -O1
+# (what the sanitizers' documentation recommends) and its executables (the CLI, the test
+# programs: argument parsing and test bodies, not the numerical code) at -O0, set by
+# cmake/NormcheckWarnings.cmake: an instrumented unit at -O1 takes 2.7x the time of a plain -O2
+# one to compile, at -O0 about as long as the plain one (scripts/README.md, "CI time").
+# Both builds keep line tables only (-g1): backtraces and sanitizer reports still name file:line,
+# and full debug info costs a third of a heavy unit's compile (scripts/README.md, "CI time");
+# configure by hand for a debugger's full -g.
+extra=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
 if [[ "$sanitize" == 1 ]]; then
-  extra=(-DNORMCHECK_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG"
-         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG")
+  extra=(-DNORMCHECK_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 fi
 cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DNORMCHECK_WERROR="$werror" -DNORMCHECK_SANITIZE="$([[ $sanitize == 1 ]] && echo ON || echo OFF)" \
