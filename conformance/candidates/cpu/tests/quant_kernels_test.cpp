@@ -10,6 +10,7 @@
 #include "kernels.hpp"
 #include "normcheck/judge/checker_quant.hpp"
 #include "normcheck/reference/evaluate.hpp"
+#include "../../../judge/tests/test_cases.hpp"
 
 namespace normcheck::conf::cpu {
 namespace {
@@ -38,16 +39,8 @@ ref::Case quant_case(const char* preset, std::int64_t rows, std::int64_t cols, D
   return c;
 }
 
-fix::FixtureCase fixture_of(const ref::Case& c) {
-  fix::FixtureCase fc;
-  fc.id = "t";
-  fc.c = c;
-  fc.expected = ref::evaluate(c).outputs;
-  return fc;
-}
-
 CaseResult judge(const ref::Case& c, Reduction r, Fault f) {
-  return check_quant_case(fixture_of(c), run_kernel(c, r, f));
+  return check_quant_case(test::fixture_of(c), run_kernel(c, r, f));
 }
 
 std::string reasons(const CaseResult& res) {
