@@ -11,6 +11,11 @@
 #     [CASES <glob>...]                      # only these cases
 #     [PROPERTIES <glob>...]                 # also register <NAME>.properties: `normcheck prop`
 #     [PROPERTY_TESTS <n>] [SEED <s>]        # generated tests per property (default 100), seed (1)
+#     [TIMEOUT <s>] [STARTUP_TIMEOUT <s>]    # a cmd: candidate's seconds per case (default: none)
+#                                            # and up to its hello (default: the larger of TIMEOUT
+#                                            # and 120): give a kernel that imports a framework
+#                                            # (torch, jax) a few minutes, a cold disk cache makes
+#                                            # that import slow
 #     [JUNIT <file>]                         # JUnit XML of the run, for the CI's test reporter
 #     [JSON <file>]                          # the results file (reports/RESULTS.md)
 #     [ISOLATE]                              # run the plugin in a child process: a crash is
@@ -32,7 +37,7 @@
 # "cmd:python3 my_kernel.py" candidate can `import normcheck_protocol`.
 
 function(normcheck_add_conformance_test)
-  cmake_parse_arguments(PARSE_ARGV 0 NC "ISOLATE;ALLOW_EMPTY;EXPECT_REJECT" "NAME;CANDIDATE;TIER;FIXTURES;JUNIT;JSON;PROPERTY_TESTS;SEED"
+  cmake_parse_arguments(PARSE_ARGV 0 NC "ISOLATE;ALLOW_EMPTY;EXPECT_REJECT" "NAME;CANDIDATE;TIER;FIXTURES;JUNIT;JSON;PROPERTY_TESTS;SEED;TIMEOUT;STARTUP_TIMEOUT"
                         "CASES;PROPERTIES;LABELS")
   if(NC_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "normcheck_add_conformance_test: unknown arguments: ${NC_UNPARSED_ARGUMENTS}")
@@ -80,7 +85,18 @@ function(normcheck_add_conformance_test)
     endif()
   endif()
 
-  set(_args run --candidate "${_spec}" --fixtures "${_fixtures}" --force)
+  set(_timeouts)
+  foreach(_t IN ITEMS TIMEOUT STARTUP_TIMEOUT)
+    if(DEFINED NC_${_t})
+      if(NOT NC_${_t} MATCHES "^[0-9]+(\\.[0-9]+)?$")
+        message(FATAL_ERROR "normcheck_add_conformance_test(${NC_NAME}): ${_t} '${NC_${_t}}' is not a number of seconds")
+      endif()
+      string(TOLOWER "${_t}" _opt)
+      string(REPLACE "_" "-" _opt "${_opt}")
+      list(APPEND _timeouts --${_opt} ${NC_${_t}})
+    endif()
+  endforeach()
+  set(_args run --candidate "${_spec}" --fixtures "${_fixtures}" --force ${_timeouts})
   foreach(_glob IN LISTS NC_CASES)
     list(APPEND _args --cases "${_glob}")
   endforeach()
@@ -115,7 +131,7 @@ function(normcheck_add_conformance_test)
     if(NOT NC_SEED)
       set(NC_SEED 1)
     endif()
-    set(_pargs prop --candidate "${_spec}" --tests ${NC_PROPERTY_TESTS} --seed ${NC_SEED})
+    set(_pargs prop --candidate "${_spec}" --tests ${NC_PROPERTY_TESTS} --seed ${NC_SEED} ${_timeouts})
     foreach(_glob IN LISTS NC_PROPERTIES)
       list(APPEND _pargs --properties "${_glob}")
     endforeach()

@@ -28,7 +28,7 @@ struct PropArgs {
   bool force = false, isolate = false, list = false, no_shrink = false;
   bool allow_empty = false;  // every property UNSUPPORTED may exit 0
   std::string reduction;     // --reduction CLASS
-  double timeout = 0;
+  double timeout = 0, startup_timeout = 0;
 };
 
 int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
@@ -85,6 +85,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     conf::SpecOptions so;
     so.isolate = a.isolate;
     so.timeout_s = a.timeout;
+    so.startup_timeout_s = a.startup_timeout;
     so.self_exe = self_exe();
     cand = conf::make_candidate(a.candidate, so);
   } catch (const std::exception& e) {
@@ -95,6 +96,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
   for (const auto& w : argv_all) command += " " + quote(w);
   const std::string isolation =
       (a.isolate ? " --isolate" : "") + (a.timeout > 0 ? fmt::format(" --timeout {}", a.timeout) : std::string()) +
+      (a.startup_timeout > 0 ? fmt::format(" --startup-timeout {}", a.startup_timeout) : std::string()) +
       (a.reduction.empty() ? std::string() : " --reduction " + quote(a.reduction));
   auto base_command = [&](const std::string& name) {
     return fmt::format("normcheck prop --candidate {}{} --properties {} --seed {} --tests {} --max-size {}{}",
@@ -291,6 +293,9 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
   cmd->add_flag("--force", a->force, "Replace existing results and counterexample files");
   cmd->add_flag("--isolate", a->isolate, "Run a plugin or builtin in a child process");
   cmd->add_option("--timeout", a->timeout, "Seconds allowed per call of a subprocess candidate (0: none)");
+  cmd->add_option("--startup-timeout", a->startup_timeout,
+                  "Seconds a subprocess candidate may take to start, up to its hello (0: the larger of --timeout "
+                  "and 120)");
   cmd->add_flag("--list", a->list, "List the properties");
   cmd->add_flag("--allow-empty", a->allow_empty, "Exit 0 even when every property was UNSUPPORTED (nothing checked)");
   return [a, cmd, &argv_all]() { return cmd->parsed() ? run_prop(*a, argv_all) : kExitBadInput; };

@@ -266,6 +266,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
                          quote(id), declared);
     std::string isolation = (a.isolate ? " --isolate" : "") + declared;
     if (a.timeout > 0) isolation += fmt::format(" --timeout {}", a.timeout);
+    if (a.startup_timeout > 0) isolation += fmt::format(" --startup-timeout {}", a.startup_timeout);
     return fmt::format("normcheck run --candidate {}{} --fixtures {} --cases {}", quote(spec), isolation,
                        quote(a.fixtures), quote(id));
   };
@@ -384,7 +385,7 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
   run->add_option("--timeout", a->timeout, "Seconds allowed per case for subprocess candidates (0: none)");
   run->add_option("--startup-timeout", a->startup_timeout,
                   "Seconds a subprocess candidate may take to start, up to its hello (0: the larger of --timeout "
-                  "and 30); one that dies or hangs before its hello fails every case (CRASHED / TIMEOUT)");
+                  "and 120); one that dies or hangs before its hello fails every case (CRASHED / TIMEOUT)");
   run->add_option("--threads", a->threads, "Candidates run concurrently (default: all cores)");
   run->add_flag("--expect-reject", a->expect_reject,
                 "Exit 0 only if every candidate is rejected (the mutation test of the suite)");

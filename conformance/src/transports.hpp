@@ -16,7 +16,7 @@ std::unique_ptr<Candidate> make_plugin_candidate(const std::string& path);
 
 // subprocess/: runs `argv` as a child speaking PROTOCOL.md on its stdin/stdout. `name` is the
 // spec shown in results; timeout_s bounds each request (0: no limit), startup_timeout_s the
-// start-up up to the hello (0: the larger of timeout_s and 30 s). Throws std::invalid_argument
+// start-up up to the hello (0: the larger of timeout_s and 120 s). Throws std::invalid_argument
 // when the child cannot be started or its handshake is wrong, CandidateStartError (one) when it
 // died or hung before its hello.
 std::unique_ptr<Candidate> make_subprocess_candidate(const std::vector<std::string>& argv,

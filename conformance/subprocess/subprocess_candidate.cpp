@@ -33,7 +33,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-constexpr double kDefaultHelloTimeoutS = 30;
+constexpr double kDefaultHelloTimeoutS = 120;
 constexpr int kMaxFailedStarts = 3;
 constexpr std::size_t kChunkBytes = std::size_t{1} << 16;
 // While the host is still writing a request it also reads the child's stdout (a child that

@@ -16,7 +16,7 @@ namespace normcheck::conf {
 
 struct SubprocessOptions {
   double timeout_s = 0;  // each case: request and reply (0: no limit)
-  // Start-up, up to and including the hello; 0: the larger of timeout_s and 30 s. A separate
+  // Start-up, up to and including the hello; 0: the larger of timeout_s and 120 s. A separate
   // limit because starting an interpreter and importing a framework can take longer than a
   // case is allowed to.
   double hello_timeout_s = 0;

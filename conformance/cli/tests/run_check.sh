@@ -64,6 +64,7 @@ grep -q "nothing run (every case declined)" "$tmp/out" && ok || bad "table says 
 misbehave="$python $(dirname "$0")/../../subprocess/tests/helpers/misbehave.py"
 expect dies-before-hello 1 "exited with status 3 before its hello" -- run --candidate "cmd:$misbehave exit_before_hello" --fixtures "$fx" --cases 'rms_*' --json "$tmp/dead.json"
 expect hangs-before-hello 1 "no hello within 0.5 s" -- run --candidate "cmd:$misbehave no_hello" --startup-timeout 0.5 --fixtures "$fx" --cases 'rms_*' --json "$tmp/hung.json"
+expect prop-hangs-before-hello 2 "no hello within 0.5 s" -- prop --candidate "cmd:$misbehave no_hello" --startup-timeout 0.5 --tests 1 --properties agreement
 "$python" - "$tmp/dead.json" "$tmp/hung.json" <<'PY' && ok || bad "start failures in the results files"
 import json, sys
 for path, verdict, text in ((sys.argv[1], "CRASHED", "boom: cannot import"), (sys.argv[2], "TIMEOUT", "no hello within 0.5 s")):

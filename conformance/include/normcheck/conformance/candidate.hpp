@@ -162,7 +162,7 @@ const std::vector<BuiltinEntry>& builtin_candidates();
 struct SpecOptions {
   bool isolate = false;
   double timeout_s = 0;
-  double startup_timeout_s = 0;  // subprocesses: up to the hello (0: the larger of timeout_s, 30 s)
+  double startup_timeout_s = 0;  // subprocesses: up to the hello (0: the larger of timeout_s, 120 s)
   std::string self_exe;  // path of the normcheck executable (for `worker` children)
 };
 std::unique_ptr<Candidate> make_candidate(std::string_view spec, const SpecOptions& opt = {});
