@@ -109,6 +109,7 @@ class Engine {
   // dresidual, the column sums); residual blocks are run_block.
   Predictions run(const Knobs& k, const Layout& l, bool columns_only = false,
                   const std::vector<std::int64_t>* only_cols = nullptr) const {
+    var_below_zero_ = false;
     if (c_.block != ref::Block::none) return run_block(k, l);
     Rows hr;
     h_stage(k, l, hr);
@@ -168,10 +169,11 @@ class Engine {
   static bool same_h_and_stats(const Knobs& a, const Knobs& b) {
     return a.res == b.res && a.pts.h == b.pts.h && a.h_round_x == b.h_round_x && a.res_out == b.res_out &&
            a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
-           a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype && a.sum_lanes == b.sum_lanes &&
+           a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype && a.sum_lanes == b.sum_lanes && a.clamp_var == b.clamp_var &&
            a.rstd_round == b.rstd_round && a.stat_dims == b.stat_dims;
   }
   mutable std::optional<Columns> cols_;
+  mutable bool var_below_zero_ = false;  // the last run's one-pass variance of some row was < 0
   std::optional<Knobs> spec_;
 
   // h and the row statistics of a layout's rows under one dialect's knobs: the caches' (shared
@@ -295,6 +297,8 @@ class Engine {
         for (std::int64_t ri = 0; ri < RS; ++ri)
           hr.st_own.push_back(row_stats(&h[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
       }
+      if (k.arith == StatArith::one_pass)
+        for (const auto& st : hr.st_own) var_below_zero_ = var_below_zero_ || st.var < 0;
       if (shared) {
         auto& slot = stats_cache_[next_slot_];
         next_slot_ = (next_slot_ + 1) % stats_cache_.size();
@@ -629,10 +633,14 @@ class Engine {
  public:
   // Whether a and b give the same values for every output of this case (then a dialect need not
   // be evaluated): the knobs that the case's direction and kind read are equal.
+  // Whether the last run() had a one-pass variance (StatArith::one_pass) below 0 on some row:
+  // where none was, the same knobs with clamp_var predict the same values.
+  bool variance_went_below_zero() const { return var_below_zero_; }
+
   bool same_semantics(const Knobs& a, const Knobs& b) const {
     if (c_.block != ref::Block::none)  // what run_block reads
       return a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
-             a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype && a.sum_lanes == b.sum_lanes &&
+             a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype && a.sum_lanes == b.sum_lanes && a.clamp_var == b.clamp_var &&
              a.rstd_round == b.rstd_round && a.offset == b.offset && a.block == b.block;
     if (c_.direction == ref::Direction::backward) {
       // Backward reads neither the bias (dbias is sum(dy) either way) nor where it is added.
@@ -653,7 +661,7 @@ class Engine {
  private:
   static bool same_statistics(const Knobs& k, const Knobs& s) {
     return k.centre == s.centre && k.eps == s.eps && k.eps_place == s.eps_place && k.unbiased == s.unbiased &&
-           k.pad_lanes == s.pad_lanes && k.arith == s.arith && k.arith_dtype == s.arith_dtype && k.sum_lanes == s.sum_lanes &&
+           k.pad_lanes == s.pad_lanes && k.arith == s.arith && k.arith_dtype == s.arith_dtype && k.sum_lanes == s.sum_lanes && k.clamp_var == s.clamp_var &&
            k.stat_dims == s.stat_dims && k.rstd_round == s.rstd_round && k.weight == s.weight &&
            k.bias_missing == s.bias_missing && k.offset == s.offset &&
            k.weight_flat_index == s.weight_flat_index && k.pts.h == s.pts.h && k.res == s.res &&

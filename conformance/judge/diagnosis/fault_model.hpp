@@ -39,6 +39,9 @@ enum class DxMode { normal, no_mean, no_projection };
 enum class ColSum { normal, bf16_interval, zero_columns };
 enum class BlockMode { normal, pre_residual_after_norm, deepnorm_alpha_on_f, post_double_norm };
 
+// Knobs::sum_lanes of numpy's summation order (numpy_sums).
+inline constexpr std::int64_t kNumpySums = -2;
+
 // One semantics: the spec's values by default; a dialect changes one thing.
 struct Knobs {
   bool centre = true;
@@ -50,8 +53,11 @@ struct Knobs {
   DType arith_dtype = DType::float32;  // one_pass: every statistics operation; accumulate: the sums
   // one_pass: the order of its two sums. 0: sequential; P > 0: P strided lanes, each summed in
   // order, folded in halves (lane[i] += lane[i + s], s = P/2 .. 1: a GPU shared-memory tree);
-  // -1: pairwise (recursive halves of the row).
+  // -1: pairwise (recursive halves of the row); kNumpySums: numpy's pairwise_sum (numpy_sums).
   std::int64_t sum_lanes = 0;
+  // one_pass: a variance that cancels below 0 is clamped to 0 (max(var, 0), what most one-pass
+  // kernels do before adding eps) instead of going on negative (var + eps < 0: a NaN rstd).
+  bool clamp_var = false;
   std::optional<std::vector<std::int64_t>> stat_dims;  // statistics over these dims of x instead
   std::optional<DType> rstd_round;
   bool rstd_out_unrounded = false;  // the rstd output holds the value before rstd_round
@@ -175,10 +181,48 @@ void pairwise_sums(const Real* h, std::int64_t lo, std::int64_t hi, DType t, dou
   s2 = rnd(a2 + b2, t);
 }
 
+// The same sums in numpy's order (np.add.reduce over a contiguous row: pairwise_sum in
+// numpy/core/src/umath/loops_utils.h): fewer than 8 terms in order; up to 128 as 8 strided
+// partial sums combined ((0+1)+(2+3))+((4+5)+(6+7)), the last n % 8 terms added after in order;
+// more as two halves, the first of n/2 rounded down to a multiple of 8.
+template <class Real>
+void numpy_sums(const Real* h, std::int64_t lo, std::int64_t n, DType t, double& s1, double& s2) {
+  if (n < 8) return seq_sums(h, lo, lo + n, 1, t, s1, s2);
+  if (n <= 128) {
+    double r1[8], r2[8];
+    for (int j = 0; j < 8; ++j) {
+      const double hv = rnd(h[lo + j], t);
+      r1[j] = hv, r2[j] = rnd(hv * hv, t);
+    }
+    std::int64_t i = 8;
+    for (; i < n - n % 8; i += 8)
+      for (int j = 0; j < 8; ++j) {
+        const double hv = rnd(h[lo + i + j], t);
+        r1[j] = rnd(r1[j] + hv, t), r2[j] = rnd(r2[j] + rnd(hv * hv, t), t);
+      }
+    auto tree = [t](const double* r) {
+      return rnd(rnd(rnd(r[0] + r[1], t) + rnd(r[2] + r[3], t), t) + rnd(rnd(r[4] + r[5], t) + rnd(r[6] + r[7], t), t), t);
+    };
+    s1 = tree(r1), s2 = tree(r2);
+    for (; i < n; ++i) {
+      const double hv = rnd(h[lo + i], t);
+      s1 = rnd(s1 + hv, t), s2 = rnd(s2 + rnd(hv * hv, t), t);
+    }
+    return;
+  }
+  std::int64_t n2 = n / 2;
+  n2 -= n2 % 8;
+  double a1, a2, b1, b2;
+  numpy_sums(h, lo, n2, t, a1, a2);
+  numpy_sums(h, lo + n2, n - n2, t, b1, b2);
+  s1 = rnd(a1 + b1, t), s2 = rnd(a2 + b2, t);
+}
+
 // A one-pass kernel's sums of h and h^2 in the order `lanes` names (Knobs::sum_lanes).
 template <class Real>
 void one_pass_sums(const Real* h, std::int64_t n, std::int64_t lanes, DType t, double& s1, double& s2) {
   if (lanes == 0) return seq_sums(h, 0, n, 1, t, s1, s2);
+  if (lanes == kNumpySums) return numpy_sums(h, 0, n, t, s1, s2);
   if (lanes < 0) return pairwise_sums(h, 0, n, t, s1, s2);
   std::vector<double> a(static_cast<std::size_t>(lanes)), b(static_cast<std::size_t>(lanes));
   for (std::int64_t l = 0; l < lanes; ++l) seq_sums(h, l, n, lanes, t, a[l], b[l]);
@@ -200,7 +244,8 @@ RowStatT<Real> row_stats(const Real* h, std::int64_t n, const Knobs& k, DType co
     double s1 = 0, s2 = 0;
     one_pass_sums(h, n, k.sum_lanes, t, s1, s2);
     const double m = rnd(s1 / N, t);
-    const double var = rnd(rnd(s2 / N, t) - static_cast<LD>(rnd(static_cast<LD>(m) * m, t)), t);
+    double var = rnd(rnd(s2 / N, t) - static_cast<LD>(rnd(static_cast<LD>(m) * m, t)), t);
+    if (k.clamp_var && var < 0) var = 0;
     s.mean = m;
     s.var = var;
     s.rstd = static_cast<LD>(

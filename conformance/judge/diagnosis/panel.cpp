@@ -204,27 +204,36 @@ std::vector<Variant> eps_other_value_variants(const Ctx& x) {
 }
 
 // A one-pass variance in T, its sums in each order kernels use (Knobs::sum_lanes): sequential
-// (CPU loops), pairwise (recursive halves), and P strided lanes folded in halves (GPU
+// (CPU loops), pairwise (recursive halves), numpy's (float32: blocks of 128 in 8 strided
+// partial sums, halves above; numpy_sums), and P strided lanes folded in halves (GPU
 // shared-memory trees, P = 32 .. 1024; a tree of P >= N lanes sums as one of bit_ceil(N)).
 // The dialect explains a one-pass kernel of any of these orders, and is scored by the best. The
 // lane trees only in float32 (what GPU kernels accumulate in; each order is one more run of the
-// screen): float16 and float64 one-pass sums are sequential or pairwise.
+// screen): float16 and float64 one-pass sums are sequential or pairwise. Each order twice: the
+// variance as it comes, and clamped at 0 (max(var, 0)); where it cancels below 0 the two differ,
+// a NaN rstd against 1/sqrt(eps).
 template <DType T>
 std::vector<Variant> one_pass_variants(const Ctx& x) {
   std::vector<Variant> out;
   std::vector<std::int64_t> orders = {0, -1};
+  if (T == DType::float32) orders.push_back(kNumpySums);  // numpy float32 kernels (sums in float32)
   const auto widest =
       static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(x.g.cols, 1))));
   for (std::int64_t p = 32; T == DType::float32 && p <= 1024; p *= 2)
     if (std::find(orders.begin(), orders.end(), std::min(p, widest)) == orders.end()) orders.push_back(std::min(p, widest));
-  for (std::int64_t o : orders) {
-    K k = x.spec;
-    k.arith = StatArith::one_pass;
-    k.arith_dtype = T;
-    k.sum_lanes = o;
-    out.push_back(Variant{k, o > 0 ? std::map<std::string, double>{{"lanes", static_cast<double>(o)}}
-                                   : std::map<std::string, double>{}});
-  }
+  for (bool clamp : {false, true})
+    for (std::int64_t o : orders) {
+      K k = x.spec;
+      k.arith = StatArith::one_pass;
+      k.arith_dtype = T;
+      k.sum_lanes = o;
+      k.clamp_var = clamp;
+      std::map<std::string, double> p;
+      if (o > 0) p["lanes"] = static_cast<double>(o);
+      if (o == kNumpySums) p["numpy order"] = 1;
+      if (clamp) p["variance floor"] = 0;  // max(var, 0)
+      out.push_back(Variant{k, std::move(p)});
+    }
   return out;
 }
 

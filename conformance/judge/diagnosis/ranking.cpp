@@ -212,8 +212,12 @@ class Ranking {
     const Dialect& d = panel()[di];
     std::optional<Entry> best;
     std::vector<const Knobs*> run_already;  // this dialect's variants evaluated so far
+    // One-pass variants (panel.cpp, one_pass_variants): the sum orders whose variance stayed >= 0
+    // on every row run; the clamped twin of such an order predicts the same values.
+    std::set<std::int64_t> never_below_zero;
     for (const auto& var : vars) {
       if (engine_->same_semantics(var.k, spec_)) continue;  // the spec itself on this case
+      if (var.k.clamp_var && never_below_zero.count(var.k.sum_lanes)) continue;
       // A variant that reads like an earlier one on this case (rstd_rounded_*'s two rstd outputs
       // in backward, contracts that differ only in forward rounding points) predicts the same
       // values: it scores the same and cannot be better.
@@ -228,6 +232,8 @@ class Ranking {
       } catch (const std::exception&) {
         continue;
       }
+      if (var.k.arith == StatArith::one_pass && !var.k.clamp_var && !engine_->variance_went_below_zero())
+        never_below_zero.insert(var.k.sum_lanes);
       std::optional<std::uint64_t> h;
       Score sc;
       bool full = !sampled_;

@@ -5,6 +5,7 @@
 // correct outputs must not be explained better by any dialect than by the spec.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -727,6 +728,52 @@ TEST(Diagnosis, OnePassVarianceWithTreeSums) {
       got["y"].data[r * 768 + j] = (static_cast<float>(x[r * 768 + j]) - mean) * rstd;
   }
   expect_first(fc, got, "one_pass_variance_fp32");
+}
+
+// A one-pass variance in float32 with sequential sums that clamps a variance cancelled below 0
+// (max(var, 0), as most one-pass kernels do before adding eps), on rows of mean 1000 and sigma
+// 0.1: the sums' rounding (ulp of E[h^2] 0.06, of the running sum up to 64) swamps the variance
+// of 0.01, so some rows go below 0 and get rstd 1/sqrt(eps). one_pass_variance_fp32 explains it with the variance floor;
+// before, modelled unclamped (a NaN rstd on those rows), no dialect did ("no known fault").
+TEST(Diagnosis, OnePassVarianceClampedAtZero) {
+  const std::int64_t rows = 8, cols = 1024;
+  auto c = make_case(ref::Op::layernorm, ref::Affine::none, rows, cols, 1000, 0.1);
+  const auto fc = fixture_of(c);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  const auto& x = c.inputs.at("x").data;
+  const float eps = static_cast<float>(c.epsilon);
+  int clamped = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float s1 = 0, s2 = 0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const float v = static_cast<float>(x[r * cols + j]);
+      s1 += v;
+      s2 += v * v;
+    }
+    const float mean = s1 / static_cast<float>(cols);
+    float var = s2 / static_cast<float>(cols) - mean * mean;
+    if (var < 0) ++clamped;
+    var = std::max(var, 0.0f);
+    const float rstd = 1.0f / std::sqrt(var + eps);
+    got["mean"].data[r] = mean;
+    got["rstd"].data[r] = rstd;
+    for (std::int64_t j = 0; j < cols; ++j)
+      got["y"].data[r * cols + j] = (static_cast<float>(x[r * cols + j]) - mean) * rstd;
+  }
+  ASSERT_GT(clamped, 0) << "no row's variance went below 0: the case does not show the clamp";
+  ASSERT_LT(clamped, rows) << "every row clamped: the case does not show the sums' order";
+  // At |mean|/sigma 1e4 `any` (every correct algorithm's bound) cannot judge float32 rows: the
+  // case is MISTRUSTED. A kernel declared two_pass is judged, and FAILED, and diagnosed.
+  const auto allow = derive_allowances(fc.c, parse_reduction("two_pass"));
+  ASSERT_EQ(check_case(fc, got, allow).verdict, Verdict::failed);
+  const auto d = diagnose(fc, got, allow);
+  ASSERT_FALSE(d.empty());
+  std::string ranking;
+  for (const auto& e : d) ranking += "\n  " + e.dialect + " " + std::to_string(e.score) + " " + e.evidence;
+  EXPECT_TRUE(names(d[0], "one_pass_variance_fp32")) << ranking;
+  EXPECT_TRUE(d[0].explains) << ranking;
+  EXPECT_EQ(d[0].parameters.count("variance floor"), 1u) << ranking;
 }
 
 // A wrong shape is a shape error: the checker says so, and the case is not diagnosed.
