@@ -160,17 +160,14 @@ class Engine {
   mutable std::size_t next_slot_ = 0;
   Knobs stats_spec_;  // spec(), set by the constructor
 
-  // Whether a and b give the same h, residual_out's h and row statistics (Engine::run's first
-  // passes read exactly these knobs).
   // Whether a and b give the same h and residual_out's h.
   static bool same_h(const Knobs& a, const Knobs& b) {
     return a.res == b.res && a.pts.h == b.pts.h && a.h_round_x == b.h_round_x && a.res_out == b.res_out;
   }
+  // Whether a and b give the same h, residual_out's h and row statistics (Engine::run's first
+  // passes read exactly these knobs).
   static bool same_h_and_stats(const Knobs& a, const Knobs& b) {
-    return a.res == b.res && a.pts.h == b.pts.h && a.h_round_x == b.h_round_x && a.res_out == b.res_out &&
-           a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
-           a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype && a.sum_lanes == b.sum_lanes && a.clamp_var == b.clamp_var &&
-           a.rstd_round == b.rstd_round && a.stat_dims == b.stat_dims;
+    return same_h(a, b) && row_stats_knobs(a) == row_stats_knobs(b) && a.stat_dims == b.stat_dims;
   }
   mutable std::optional<Columns> cols_;
   mutable bool var_below_zero_ = false;  // the last run's one-pass variance of some row was < 0
@@ -631,17 +628,15 @@ class Engine {
   }
 
  public:
-  // Whether a and b give the same values for every output of this case (then a dialect need not
-  // be evaluated): the knobs that the case's direction and kind read are equal.
   // Whether the last run() had a one-pass variance (StatArith::one_pass) below 0 on some row:
   // where none was, the same knobs with clamp_var predict the same values.
   bool variance_went_below_zero() const { return var_below_zero_; }
 
+  // Whether a and b give the same values for every output of this case (then a dialect need not
+  // be evaluated): the knobs that the case's direction and kind read are equal.
   bool same_semantics(const Knobs& a, const Knobs& b) const {
     if (c_.block != ref::Block::none)  // what run_block reads
-      return a.centre == b.centre && a.eps == b.eps && a.eps_place == b.eps_place && a.unbiased == b.unbiased &&
-             a.pad_lanes == b.pad_lanes && a.arith == b.arith && a.arith_dtype == b.arith_dtype && a.sum_lanes == b.sum_lanes && a.clamp_var == b.clamp_var &&
-             a.rstd_round == b.rstd_round && a.offset == b.offset && a.block == b.block;
+      return row_stats_knobs(a) == row_stats_knobs(b) && a.offset == b.offset && a.block == b.block;
     if (c_.direction == ref::Direction::backward) {
       // Backward reads neither the bias (dbias is sum(dy) either way) nor where it is added.
       auto bwd = [](Knobs k) {
@@ -660,9 +655,7 @@ class Engine {
 
  private:
   static bool same_statistics(const Knobs& k, const Knobs& s) {
-    return k.centre == s.centre && k.eps == s.eps && k.eps_place == s.eps_place && k.unbiased == s.unbiased &&
-           k.pad_lanes == s.pad_lanes && k.arith == s.arith && k.arith_dtype == s.arith_dtype && k.sum_lanes == s.sum_lanes && k.clamp_var == s.clamp_var &&
-           k.stat_dims == s.stat_dims && k.rstd_round == s.rstd_round && k.weight == s.weight &&
+    return row_stats_knobs(k) == row_stats_knobs(s) && k.stat_dims == s.stat_dims && k.weight == s.weight &&
            k.bias_missing == s.bias_missing && k.offset == s.offset &&
            k.weight_flat_index == s.weight_flat_index && k.pts.h == s.pts.h && k.res == s.res &&
            k.h_round_x == s.h_round_x && k.dx == s.dx && k.rows_limit == s.rows_limit && k.block == s.block;

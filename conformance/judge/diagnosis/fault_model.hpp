@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,13 @@ struct Knobs {
   // width (DeepSpeed #692): (x-hat_j scale_j + b_j - b_pos) / scale_pos, pos = (j / T) T + row % T.
   std::int64_t dgamma_tile = 0;
 };
+
+// The knobs row_stats reads (the statistics of one row), to compare as one: a knob added to
+// row_stats is added here, and every test of "same statistics" sees it.
+inline auto row_stats_knobs(const Knobs& k) {
+  return std::tie(k.centre, k.eps, k.eps_place, k.unbiased, k.pad_lanes, k.arith, k.arith_dtype, k.sum_lanes,
+                  k.clamp_var, k.rstd_round);
+}
 
 // DeepSpeed's TILE_DIM in LayerNormBackward1 (#692).
 constexpr std::int64_t kDgammaTile = 32;
