@@ -1,5 +1,6 @@
 // `normcheck candidates`, `normcheck run`, `normcheck check`: the conformance harness.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "normcheck/conformance/known_findings.hpp"
 #include "normcheck/conformance/candidate.hpp"
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/fixtures/error.hpp"
@@ -25,6 +27,7 @@ struct RunArgs {
   bool allow_empty = false;  // a run that checked nothing may exit 0
   bool flush_subnormals = false;  // check: the outputs' producer flushes subnormal outputs
   std::string reduction;  // --reduction CLASS: judge every candidate under this class
+  std::vector<std::string> known_findings;  // --known-findings FILE (known_findings.hpp)
   double timeout = 0, startup_timeout = 0;
   int threads = 0, max_print = 20;
   ReportFlags report;  // --junit, --markdown, --html, --summary-json
@@ -122,10 +125,17 @@ void print_table(const std::vector<conf::CandidateRun>& runs) {
     }
     const bool mutant = r.info.kind == conf::CandidateKind::mutant;
     const std::int64_t compared = checked_count(r);
-    const char* outcome = mutant ? (r.rejected() ? "rejected (as it must be)" : "NOT REJECTED")
-                          : r.rejected()  ? "FAILED"
-                          : compared == 0 ? "nothing run (every case declined)"
-                                          : "conforms";
+    const std::string known =
+        r.known_findings > 0 ? fmt::format(" ({} known finding{})", r.known_findings, r.known_findings == 1 ? "" : "s")
+                             : std::string();
+    const std::string stale =
+        r.stale_findings.empty()
+            ? std::string()
+            : fmt::format(" (recorded finding no longer shows: {})", fmt::join(r.stale_findings, ", "));
+    const std::string outcome = mutant ? (r.rejected() ? "rejected (as it must be)" : "NOT REJECTED")
+                                : r.failed_beyond_known() ? "FAILED" + known + stale
+                                : compared == 0           ? "nothing run (every case declined)"
+                                                          : "conforms" + known;
     std::int64_t flushed = 0;
     for (const auto& c : r.cases)
       for (const auto& o : c.outputs) flushed += o.flushed;
@@ -176,6 +186,13 @@ bool nothing_checked(const std::vector<conf::CandidateRun>& runs, std::size_t na
 int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool offline) {
   if (offline && a.outputs.empty()) {
     fmt::print(stderr, "normcheck check: --outputs is required\n");
+    return kExitBadInput;
+  }
+  conf::KnownFindings known_by_spec;  // --known-findings
+  try {
+    for (const auto& f : a.known_findings) conf::read_known_findings(f, known_by_spec);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "normcheck: {}\n", e.what());
     return kExitBadInput;
   }
   conf::SpecOptions so;
@@ -273,8 +290,13 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   const bool tty = ::isatty(STDERR_FILENO);
   std::map<std::string, int> printed;
   opt.on_case = [&](const conf::CandidateRun& run, const conf::CaseResult& r) {
+    const conf::KnownFinding* known = nullptr;
+    if (const auto kf = known_by_spec.find(run.info.name); kf != known_by_spec.end())
+      for (const auto& f : kf->second)
+        if (f.case_id == r.case_id && f.verdict == r.verdict) known = &f;
     const bool show = r.verdict != conf::Verdict::passed && r.verdict != conf::Verdict::unsupported &&
-                      (a.verbose || (conf::is_failure(r.verdict) && run.info.kind != conf::CandidateKind::mutant));
+                      (a.verbose || (conf::is_failure(r.verdict) && run.info.kind != conf::CandidateKind::mutant &&
+                                     !known));
     if (tty) fmt::print(stderr, "\r\033[K{} {}", run.info.name, r.case_id);
     if (!show) return;
     if (tty) fmt::print(stderr, "\r\033[K");
@@ -284,6 +306,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
       return;
     }
     fmt::print("[{}] {}\n", run.info.name, conf::describe(r));
+    if (known) fmt::print("    known finding: {} ({})\n", known->finding, known->what);
     fmt::print("    repro: {}\n", repro(run.info.name, r.case_id));
     std::fflush(stdout);
   };
@@ -305,6 +328,9 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     }
     if (offline) runs.push_back(conf::check_outputs_file(opt));
     else runs = conf::run_candidates(cands, opt);
+    for (auto& r : runs)
+      if (const auto kf = known_by_spec.find(r.info.name); kf != known_by_spec.end())
+        conf::apply_known_findings(r, kf->second);
   } catch (const std::exception& e) {
     if (tty) fmt::print(stderr, "\r\033[K");
     fmt::print(stderr, "normcheck: {}\n", e.what());
@@ -348,7 +374,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   bool fail = !a.allow_empty && nothing_checked(runs, offline ? runs.size() : a.candidates.size(), a, offline ? "check" : "run");
   for (const auto& r : runs) {
     if (a.expect_reject) fail |= !r.rejected();
-    else fail |= r.rejected();
+    else fail |= r.failed_beyond_known();
   }
   return fail ? kExitFailed : kExitOk;
 }
@@ -386,6 +412,10 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
   run->add_option("--startup-timeout", a->startup_timeout,
                   "Seconds a subprocess candidate may take to start, up to its hello (0: the larger of --timeout "
                   "and 120); one that dies or hangs before its hello fails every case (CRASHED / TIMEOUT)");
+  run->add_option("--known-findings", a->known_findings,
+                  "Hold real libraries to their recorded findings (a normcheck-known-findings file, repeatable): "
+                  "a failure that is one is reported as a known finding and does not fail the run; one that is "
+                  "none, or a recorded finding that no longer shows, does");
   run->add_option("--threads", a->threads, "Candidates run concurrently (default: all cores)");
   run->add_flag("--expect-reject", a->expect_reject,
                 "Exit 0 only if every candidate is rejected (the mutation test of the suite)");

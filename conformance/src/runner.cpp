@@ -34,6 +34,12 @@ bool CandidateRun::rejected() const {
   return false;
 }
 
+bool CandidateRun::failed_beyond_known() const {
+  if (!stale_findings.empty()) return true;
+  return std::any_of(cases.begin(), cases.end(),
+                     [](const CaseResult& c) { return is_failure(c.verdict) && c.known_finding.empty(); });
+}
+
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -155,6 +161,7 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
   j["outputs"] = std::move(outs);
   if (r.verdict == Verdict::failed && r.diagnosed) j["diagnosis"] = diagnosis_to_json(r.diagnosis);
   if ((is_failure(r.verdict) || r.verdict == Verdict::mistrusted) && repro) j["repro"] = repro(r.case_id);
+  if (!r.known_finding.empty()) j["known_finding"] = Json{{"finding", r.known_finding}, {"what", r.known_what}};
   return j;
 }
 
@@ -467,6 +474,10 @@ std::string results_json(const CandidateRun& run, const ResultsContext& ctx) {
     summary[std::string(name_of(v))] = it == run.summary.end() ? 0 : it->second;
   }
   j["summary"] = std::move(summary);
+  if (run.known_findings > 0 || !run.stale_findings.empty()) {
+    j["known_findings"] = run.known_findings;
+    j["stale_findings"] = run.stale_findings;
+  }
   j["seconds"] = run.seconds;
   if (!run.error.empty()) j["error"] = run.error;
   return j.dump(1) + "\n";

@@ -127,11 +127,15 @@ std::string diagnosis_html(const std::vector<Diagnosis>& ds) {
 }
 
 std::string case_html(const Run& run, const Case& c, bool open) {
-  std::string s = fmt::format("<details class=\"case\"{}><summary><span class=\"v v-{}\">{}</span> <b>{}</b> — {}</summary>", open ? " open" : "",
-                              html_escape(c.verdict), html_escape(c.verdict), html_escape(c.case_id),
+  std::string s = fmt::format("<details class=\"case\"{}><summary><span class=\"v v-{}\">{}</span>{} <b>{}</b> — {}</summary>",
+                              open ? " open" : "", html_escape(c.verdict), html_escape(c.verdict),
+                              c.known_finding.empty() ? "" : " (known finding)", html_escape(c.case_id),
                               html_escape(short_name(run.name())));
   s += fmt::format("<p>{} · {} · {}</p>", html_escape(c.op_label()), html_escape(c.dtype.empty() ? "—" : c.dtype),
                    html_escape(c.category.empty() ? "—" : c.category));
+  if (!c.known_finding.empty())
+    s += "<p><b>Known finding</b> of this library, recorded: <code>" + html_escape(c.known_finding) + "</code>" +
+         (c.known_what.empty() ? "" : " — " + html_escape(c.known_what)) + "</p>";
   if (!c.message.empty()) s += "<pre>" + html_escape(c.message) + "</pre>";
   bool any_output = false;
   for (const auto& o : c.outputs) any_output |= o.verdict != "PASSED";

@@ -2,8 +2,9 @@
 //
 // One <testsuite> per candidate (or checkpoint), one <testcase> per case (per property, per
 // audit finding). FAILED and MISSING cases are <failure>s, CRASHED and TIMEOUT <error>s,
-// UNSUPPORTED <skipped>; the failure text carries each failing output's worst element (decimal
-// and hex float), the diagnosis and the repro command. A mutant must be rejected: its cases are
+// UNSUPPORTED cases and recorded findings (`run --known-findings`) <skipped>; the failure text
+// carries each failing output's worst element (decimal and hex float), the diagnosis and the
+// repro command. A mutant must be rejected: its cases are
 // testcases that pass, with what caught it in <system-out>, and one more testcase, "rejected",
 // fails when no case did. The verdicts thus agree with `run --expect-reject`.
 #include <fmt/core.h>
@@ -70,7 +71,12 @@ Suite suite_of(const Run& r) {
                case_message(c), detail, c.verdict == "PASSED" ? "" : (caught ? "caught the mutant: " : "") + detail);
       continue;
     }
-    if (c.verdict == "FAILED" || c.verdict == "MISSING")
+    if (!c.known_finding.empty() && is_failure(c.verdict))  // `run --known-findings`: recorded, not a failure
+      testcase(s, cls, c.case_id, c.seconds, "skipped", c.verdict,
+               "known finding " + c.known_finding + (c.known_what.empty() ? "" : ": " + c.known_what) + " (" +
+                   c.verdict + ")",
+               "", "");
+    else if (c.verdict == "FAILED" || c.verdict == "MISSING")
       testcase(s, cls, c.case_id, c.seconds, "failure", c.verdict, case_message(c), detail, "");
     else if (c.verdict == "CRASHED" || c.verdict == "TIMEOUT")
       testcase(s, cls, c.case_id, c.seconds, "error", c.verdict, case_message(c), detail, "");

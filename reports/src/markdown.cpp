@@ -115,8 +115,10 @@ std::string markdown(const Report& r) {
         if (o && o->worst)
           worst = fmt::format("at {}: {} ({}) / {} ({})", text::coords(o->worst->coords), code(o->worst->got.decimal),
                               code(o->worst->got.hex), code(o->worst->expected.decimal), code(o->worst->expected.hex));
+        const std::string verdict =
+            c.known_finding.empty() ? c.verdict : c.verdict + " (known finding: " + md_cell(c.known_finding) + ")";
         s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", code(fails[i].run->name()), code(c.case_id),
-                         c.verdict, out, err, worst, best_diagnosis(c.diagnosis), c.repro.empty() ? "—" : code(c.repro));
+                         verdict, out, err, worst, best_diagnosis(c.diagnosis), c.repro.empty() ? "—" : code(c.repro));
       }
       if (fails.size() > kMaxListed) s += fmt::format("\n…and {} more in the results files.\n", fails.size() - kMaxListed);
       s += "\n";

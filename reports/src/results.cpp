@@ -229,6 +229,11 @@ Case case_of(const Field& f) {
   c.seconds = f.num("seconds");
   for (const auto& o : f.array("outputs")) c.outputs.push_back(output_of(o));
   c.diagnosis = diagnosis_of(f);
+  if (f.has("known_finding")) {
+    const Field k = f.object("known_finding");
+    c.known_finding = k.str("finding", true);
+    c.known_what = k.str("what");
+  }
   return c;
 }
 
@@ -270,9 +275,15 @@ std::map<std::string, std::int64_t> Run::counts() const {
   return n;
 }
 
-std::int64_t Run::failures() const {
+std::int64_t Run::known_findings() const {
   std::int64_t k = 0;
-  for (const auto& c : cases) k += is_failure(c.verdict);
+  for (const auto& c : cases) k += is_failure(c.verdict) && !c.known_finding.empty();
+  return k;
+}
+
+std::int64_t Run::failures() const {
+  std::int64_t k = static_cast<std::int64_t>(stale_findings.size());
+  for (const auto& c : cases) k += is_failure(c.verdict) && (c.known_finding.empty() || is_mutant());
   for (const auto& p : properties) k += p.verdict == "FAILED" || p.verdict == "CRASHED";
   for (const auto& f : findings) k += f.severity == "error";
   return k;
@@ -284,7 +295,15 @@ std::string Run::outcome() const {
   const std::int64_t bad = failures();
   if (mode == "audit") return bad ? fmt::format("{} error finding{}", bad, bad == 1 ? "" : "s") : "no errors";
   if (is_mutant()) return bad ? "rejected (as it must be)" : "NOT REJECTED";
-  if (bad) return "FAILED";
+  const std::int64_t known = known_findings();
+  const std::string known_text =
+      known > 0 ? fmt::format(" ({} known finding{})", known, known == 1 ? "" : "s") : std::string();
+  if (bad) {
+    if (stale_findings.empty()) return "FAILED" + known_text;
+    std::string ids;
+    for (const auto& id : stale_findings) ids += (ids.empty() ? "" : ", ") + id;
+    return "FAILED" + known_text + " (recorded finding no longer shows: " + ids + ")";
+  }
   if (!errors.empty()) return "stopped early";
   std::int64_t checked = 0;
   for (const auto& c : cases) checked += c.verdict != "UNSUPPORTED";
@@ -293,7 +312,7 @@ std::string Run::outcome() const {
   std::int64_t flushed = 0;
   for (const auto& c : cases)
     for (const auto& o : c.outputs) flushed += o.flushed;
-  const std::string ok = mode == "prop" ? "properties hold" : "conforms";
+  const std::string ok = (mode == "prop" ? "properties hold" : "conforms") + known_text;
   if (flushed > 0) return fmt::format("{} ({} zero{} accepted as flushed subnormals)", ok, flushed, flushed == 1 ? "" : "s");
   return ok;
 }
@@ -328,6 +347,7 @@ Run parse_results(const std::string& text, const std::string& source) {
   r.command = f.str("command");
   r.seconds = f.num("seconds");
   if (f.has("error")) r.errors.push_back(f.str("error"));
+  if (f.has("stale_findings")) r.stale_findings = f.strings("stale_findings");
   if (f.has("fixtures")) {
     const Field fx = f.object("fixtures");
     r.fixtures_path = fx.str("path");
@@ -444,6 +464,7 @@ Report merge(std::vector<Run> runs) {
     }
     for (auto& f : r.findings) m.findings.push_back(std::move(f));
     for (auto& e : r.errors) m.errors.push_back(std::move(e));
+    for (auto& id : r.stale_findings) m.stale_findings.push_back(std::move(id));
     for (auto& s : r.sources) m.sources.push_back(std::move(s));
     if (m.fixtures_path != r.fixtures_path && !r.fixtures_path.empty())
       m.fixtures_path = m.fixtures_path.empty() ? r.fixtures_path : m.fixtures_path + ", " + r.fixtures_path;

@@ -180,5 +180,48 @@ expect check-not-hdf5 2 "is not an HDF5 file" -- check --fixtures "$fx" --output
 expect check-empty-glob 1 "nothing was checked" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*'
 expect check-empty-glob-allowed 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*' --allow-empty
 
+# A real library held to its recorded findings (--known-findings): a wrong kernel (y times 1.01)
+# fails two cases; listed as findings they are reported as such and the run passes; a failure
+# not listed fails it, and so does a listed finding that no longer shows. Reports agree.
+scaler="cmd:$misbehave scale_y"
+kf() {  # kf FILE CASE:VERDICT...
+  local out="$1"; shift
+  "$python" - "$out" "$scaler" "$@" <<'PY'
+import json, sys
+out, spec, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+entries = [{"case": p.split(":")[0], "verdict": p.split(":")[1], "finding": "docs/FINDINGS.md#test-scale",
+            "what": "y times 1.01"} for p in pairs]
+json.dump({"format": "normcheck-known-findings", "version": 1, "candidates": {spec: entries}}, open(out, "w"))
+PY
+}
+two=(--cases rms_f32_normal --cases rms_f32_h17)
+expect scaled-fails 1 "" -- run --candidate "$scaler" --fixtures "$fx" "${two[@]}"
+kf "$tmp/kf-both.json" rms_f32_normal:FAILED rms_f32_h17:FAILED
+expect known-findings-pass 0 "" -- run --candidate "$scaler" --fixtures "$fx" "${two[@]}" --known-findings "$tmp/kf-both.json" --json "$tmp/known.json"
+grep -q "conforms (2 known findings)" "$tmp/out" && ok || bad "table says conforms (2 known findings): $(tail -3 "$tmp/out")"
+grep -q "^\[.*\] FAILED" "$tmp/out" && bad "a known finding printed as a failure: $(cat "$tmp/out")" || ok
+"$python" - "$tmp/known.json" <<'PY' && ok || bad "known findings in the results file"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["known_findings"] == 2 and j["stale_findings"] == [], (j.get("known_findings"), j.get("stale_findings"))
+for c in j["cases"]:
+    assert c["verdict"] == "FAILED" and c["known_finding"] == {"finding": "docs/FINDINGS.md#test-scale", "what": "y times 1.01"}, c
+PY
+expect known-findings-report 0 "" -- report "$tmp/known.json" --junit "$tmp/known.xml" --markdown "$tmp/known.md"
+grep -q 'message="known finding docs/FINDINGS.md#test-scale: y times 1.01 (FAILED)"' "$tmp/known.xml" && ! grep -q "<failure" "$tmp/known.xml" && ok || bad "JUnit of known findings: $(cat "$tmp/known.xml")"
+grep -q "conforms (2 known findings)" "$tmp/known.md" && grep -q "FAILED (known finding: docs/FINDINGS.md#test-scale)" "$tmp/known.md" && ok || bad "Markdown of known findings"
+kf "$tmp/kf-one.json" rms_f32_normal:FAILED
+expect known-findings-unlisted 1 "" -- run --candidate "$scaler" --fixtures "$fx" "${two[@]}" --known-findings "$tmp/kf-one.json"
+grep -q "FAILED (1 known finding)" "$tmp/out" && ok || bad "table with an unlisted failure: $(tail -2 "$tmp/out")"
+kf "$tmp/kf-stale.json" rms_f32_normal:FAILED rms_f32_h17:CRASHED
+expect known-findings-stale 1 "" -- run --candidate "$scaler" --fixtures "$fx" "${two[@]}" --known-findings "$tmp/kf-stale.json" --json "$tmp/stale.json"
+grep -q "recorded finding no longer shows: rms_f32_h17" "$tmp/out" && ok || bad "table with a stale finding: $(tail -2 "$tmp/out")"
+expect known-findings-stale-report 1 "" -- report "$tmp/stale.json" --markdown "$tmp/stale.md"
+echo '{"format": "normcheck-known-findings", "version": 1, "candidates": {"x": [{"case": "a", "verdict": "PASSED", "finding": "f"}]}}' >"$tmp/kf-bad.json"
+expect known-findings-bad-verdict 2 "kf-bad.json: not a known-findings file: candidates\[\"x\"\]\[0\].verdict must be FAILED" -- run --candidate "$scaler" --fixtures "$fx" "${two[@]}" --known-findings "$tmp/kf-bad.json"
+echo 'not json' >"$tmp/kf-text.json"
+expect known-findings-not-json 2 "kf-text.json: not a known-findings file: not JSON" -- run --candidate "$scaler" --fixtures "$fx" "${two[@]}" --known-findings "$tmp/kf-text.json"
+expect known-findings-missing 2 "cannot read the known-findings file" -- run --candidate "$scaler" --fixtures "$fx" --known-findings "$tmp/none.json"
+
 echo "run_check: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

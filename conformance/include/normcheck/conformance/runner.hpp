@@ -2,6 +2,7 @@
 // collects verdicts; and the results file, format "normcheck-results" v1 (reports/RESULTS.md).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -27,6 +28,13 @@ struct CandidateRun {
   double seconds = 0;
   // Rejected: at least one FAILED / MISSING / CRASHED / TIMEOUT (what a mutant must be).
   bool rejected() const;
+  // Held to recorded findings (apply_known_findings): the cases whose verdict is one, and the
+  // recorded cases of this run that no longer show their recorded verdict.
+  std::int64_t known_findings = 0;
+  std::vector<std::string> stale_findings;
+  // A failure that is not a recorded finding, or a recorded finding that no longer shows: what
+  // fails a real library held to its findings (without any, the same as rejected()).
+  bool failed_beyond_known() const;
 };
 
 struct RunOptions {

@@ -2,7 +2,8 @@
 """A child that breaks the protocol in one way, chosen by argv[1], for subprocess_test.cpp.
 
 Modes built on the Python module (a correct hello, the numpy example for the outputs):
-  segv_second, sleep_in_run, raise, decline, print_stdout, chatty_stderr
+  segv_second, sleep_in_run, raise, decline, print_stdout, chatty_stderr, and scale_y (a wrong
+  kernel that runs fine: y times 1.01, for the CLI tests of recorded findings)
 Raw modes (hand-written messages): everything else, see RAW below.
 """
 import json
@@ -40,7 +41,10 @@ def module_mode():
             sys.stderr.write(("x" * 1023 + "\n") * 1024)  # 1 MiB: more than any pipe holds
             sys.stderr.write("the last words\n")
             sys.stderr.flush()
-        return numpy_candidate.run(case, inputs)
+        out = numpy_candidate.run(case, inputs)
+        if MODE == "scale_y" and "y" in out:
+            out["y"] = (out["y"] * 1.01).astype(out["y"].dtype)
+        return out
 
     serve("misbehave " + MODE, numpy_candidate.CAPABILITIES, run)
 
@@ -147,7 +151,7 @@ def raw_mode():
             sys.exit(9)
 
 
-if MODE in ("segv_second", "sleep_in_run", "raise", "decline", "print_stdout", "chatty_stderr"):
+if MODE in ("segv_second", "sleep_in_run", "raise", "decline", "print_stdout", "chatty_stderr", "scale_y"):
     module_mode()
 else:
     raw_mode()

@@ -73,6 +73,9 @@ struct Case {
   double seconds = 0;
   std::vector<Output> outputs;
   std::vector<Diagnosis> diagnosis;
+  // A recorded finding of a real library this verdict is (`run --known-findings`): its docs
+  // anchor and what it is; "" when none (RESULTS.md, "known_finding").
+  std::string known_finding, known_what;
   const Output* worst_output() const;  // the output with the largest max_ratio (nullptr: none)
   std::string op_label() const;        // "layernorm", "rmsnorm backward", "layernorm post block", "—"
 };
@@ -102,14 +105,18 @@ struct Run {
   std::vector<Property> properties;
   std::vector<Finding> findings;
   std::vector<std::string> errors;  // runs that stopped early: what happened
+  // Recorded findings (`run --known-findings`) whose case ran with another verdict.
+  std::vector<std::string> stale_findings;
   double seconds = 0;
 
   std::string name() const;  // the candidate's spec, or the checkpoint's path
   bool is_mutant() const { return kind == "mutant"; }
   // Verdict counts of cases (modes run/check), of properties (prop), of severities (audit).
   std::map<std::string, std::int64_t> counts() const;
-  // Cases, properties or error findings that failed.
+  // Cases, properties or error findings that failed; for a candidate held to recorded findings,
+  // the failing cases that are none, and each recorded finding that no longer shows.
   std::int64_t failures() const;
+  std::int64_t known_findings() const;  // cases whose verdict is a recorded finding
   // What the run means: a mutant must be rejected (at least one failure), anything else must
   // have none; a run with no case compared conforms vacuously and says so.
   bool ok() const;

@@ -94,6 +94,9 @@ struct CaseResult {
   // FAILED cases: the best dialects of the diagnosis panel (diagnosis.hpp), best first.
   std::vector<Diagnosis> diagnosis;
   bool diagnosed = false;  // the panel ran (an empty `diagnosis` then: no dialect applies)
+  // A recorded finding of a real library this verdict is (run --known-findings; conformance/
+  // known_findings.hpp): the docs anchor that explains it and what it is; "" when none.
+  std::string known_finding, known_what;
 };
 
 // Whether a FAILED case is one for the diagnosis: it failed on values, with every output of the

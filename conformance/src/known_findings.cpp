@@ -1,0 +1,81 @@
+#include "normcheck/conformance/known_findings.hpp"
+
+#include <fmt/core.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace normcheck::conf {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw std::runtime_error(fmt::format("{}: not a known-findings file: {}", path, what));
+}
+
+const nlohmann::json& field(const nlohmann::json& o, const char* key, const std::string& path, const std::string& at) {
+  const auto it = o.find(key);
+  if (it == o.end() || !it->is_string()) bad(path, fmt::format("{}.{} must be a string", at, key));
+  return *it;
+}
+
+}  // namespace
+
+void read_known_findings(const std::string& path, KnownFindings& into) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot read the known-findings file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    bad(path, fmt::format("not JSON ({})", e.what()));
+  }
+  if (!j.is_object() || j.value("format", "") != "normcheck-known-findings")
+    bad(path, "\"format\" must be \"normcheck-known-findings\"");
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int>() != 1)
+    bad(path, "\"version\" must be 1");
+  if (!j.contains("candidates") || !j["candidates"].is_object()) bad(path, "\"candidates\" must be an object");
+  for (const auto& [spec, list] : j["candidates"].items()) {
+    if (!list.is_array()) bad(path, fmt::format("candidates[\"{}\"] must be an array", spec));
+    auto& out = into[spec];
+    std::set<std::string> seen;
+    for (const auto& f : out) seen.insert(f.case_id);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string at = fmt::format("candidates[\"{}\"][{}]", spec, i);
+      if (!list[i].is_object()) bad(path, at + " must be an object");
+      KnownFinding k;
+      k.case_id = field(list[i], "case", path, at).get<std::string>();
+      const auto v = parse_verdict(field(list[i], "verdict", path, at).get<std::string>());
+      if (!v || !is_failure(*v))
+        bad(path, fmt::format("{}.verdict must be FAILED, CRASHED, TIMEOUT or MISSING", at));
+      k.verdict = *v;
+      k.finding = field(list[i], "finding", path, at).get<std::string>();
+      if (list[i].contains("what")) k.what = field(list[i], "what", path, at).get<std::string>();
+      if (!seen.insert(k.case_id).second) bad(path, fmt::format("{}: case {} is listed twice", at, k.case_id));
+      out.push_back(std::move(k));
+    }
+  }
+}
+
+void apply_known_findings(CandidateRun& run, const std::vector<KnownFinding>& findings) {
+  std::map<std::string, const KnownFinding*> by_case;
+  for (const auto& f : findings) by_case[f.case_id] = &f;
+  for (auto& c : run.cases) {
+    const auto it = by_case.find(c.case_id);
+    if (it == by_case.end()) continue;
+    if (c.verdict == it->second->verdict) {
+      c.known_finding = it->second->finding;
+      c.known_what = it->second->what;
+      ++run.known_findings;
+    } else {
+      run.stale_findings.push_back(c.case_id);
+    }
+  }
+}
+
+}  // namespace normcheck::conf
