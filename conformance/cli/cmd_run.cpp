@@ -331,6 +331,13 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     for (auto& r : runs)
       if (const auto kf = known_by_spec.find(r.info.name); kf != known_by_spec.end())
         conf::apply_known_findings(r, kf->second);
+    // A candidate the file names that this run does not have is most likely a spec spelled
+    // another way (ggml-cpu for builtin:ggml-cpu): its findings were not applied; say so.
+    for (const auto& [spec, findings] : known_by_spec)
+      if (!findings.empty() &&
+          std::none_of(runs.begin(), runs.end(), [&](const conf::CandidateRun& r) { return r.info.name == spec; }))
+        fmt::print(stderr, "normcheck: note: --known-findings names {}, which this run does not have (its findings "
+                           "apply to a candidate of exactly that spec)\n", spec);
   } catch (const std::exception& e) {
     if (tty) fmt::print(stderr, "\r\033[K");
     fmt::print(stderr, "normcheck: {}\n", e.what());

@@ -221,6 +221,7 @@ echo '{"format": "normcheck-known-findings", "version": 1, "candidates": {"x": [
 expect known-findings-bad-verdict 2 "kf-bad.json: not a known-findings file: candidates\[\"x\"\]\[0\].verdict must be FAILED" -- run --candidate "$scaler" --fixtures "$fx" "${two[@]}" --known-findings "$tmp/kf-bad.json"
 echo 'not json' >"$tmp/kf-text.json"
 expect known-findings-not-json 2 "kf-text.json: not a known-findings file: not JSON" -- run --candidate "$scaler" --fixtures "$fx" "${two[@]}" --known-findings "$tmp/kf-text.json"
+expect known-findings-other-spec 1 "known-findings names cmd:.* scale_y, which this run does not have" -- run --candidate "cmd:$misbehave scale_y " --fixtures "$fx" "${two[@]}" --known-findings "$tmp/kf-both.json"
 expect known-findings-missing 2 "cannot read the known-findings file" -- run --candidate "$scaler" --fixtures "$fx" --known-findings "$tmp/none.json"
 
 echo "run_check: $passed passed, $failed failed"
