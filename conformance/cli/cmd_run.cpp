@@ -290,10 +290,8 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   const bool tty = ::isatty(STDERR_FILENO);
   std::map<std::string, int> printed;
   opt.on_case = [&](const conf::CandidateRun& run, const conf::CaseResult& r) {
-    const conf::KnownFinding* known = nullptr;
-    if (const auto kf = known_by_spec.find(run.info.name); kf != known_by_spec.end())
-      for (const auto& f : kf->second)
-        if (f.case_id == r.case_id && f.verdict == r.verdict) known = &f;
+    const auto kf = known_by_spec.find(run.info.name);
+    const conf::KnownFinding* known = kf == known_by_spec.end() ? nullptr : conf::known_finding_of(kf->second, r);
     const bool show = r.verdict != conf::Verdict::passed && r.verdict != conf::Verdict::unsupported &&
                       (a.verbose || (conf::is_failure(r.verdict) && run.info.kind != conf::CandidateKind::mutant &&
                                      !known));

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -20,6 +21,13 @@ const nlohmann::json& field(const nlohmann::json& o, const char* key, const std:
   const auto it = o.find(key);
   if (it == o.end() || !it->is_string()) bad(path, fmt::format("{}.{} must be a string", at, key));
   return *it;
+}
+
+// The entry of `case_id` (at most one: read_known_findings rejects a case listed twice).
+const KnownFinding* recorded(const std::vector<KnownFinding>& findings, const std::string& case_id) {
+  const auto it = std::find_if(findings.begin(), findings.end(),
+                               [&](const KnownFinding& f) { return f.case_id == case_id; });
+  return it == findings.end() ? nullptr : &*it;
 }
 
 }  // namespace
@@ -62,15 +70,18 @@ void read_known_findings(const std::string& path, KnownFindings& into) {
   }
 }
 
+const KnownFinding* known_finding_of(const std::vector<KnownFinding>& findings, const CaseResult& r) {
+  const KnownFinding* f = recorded(findings, r.case_id);
+  return f && f->verdict == r.verdict ? f : nullptr;
+}
+
 void apply_known_findings(CandidateRun& run, const std::vector<KnownFinding>& findings) {
-  std::map<std::string, const KnownFinding*> by_case;
-  for (const auto& f : findings) by_case[f.case_id] = &f;
   for (auto& c : run.cases) {
-    const auto it = by_case.find(c.case_id);
-    if (it == by_case.end()) continue;
-    if (c.verdict == it->second->verdict) {
-      c.known_finding = it->second->finding;
-      c.known_what = it->second->what;
+    const KnownFinding* f = recorded(findings, c.case_id);
+    if (!f) continue;
+    if (f->verdict == c.verdict) {
+      c.known_finding = f->finding;
+      c.known_what = f->what;
       ++run.known_findings;
     } else {
       run.stale_findings.push_back(c.case_id);

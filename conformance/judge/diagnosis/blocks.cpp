@@ -34,7 +34,7 @@ Predictions Engine<Real>::run_block(const Knobs& k, const Layout& lay) const {
   auto scale_at = [&](std::size_t pi) { return w_ ? k.offset + static_cast<LD>(w_->data[pi]) : LD(1); };
   auto norm = [&](const std::vector<LD>& v, std::int64_t l, std::int64_t kk, bool affine, NormSt* st) {
     const RowStat s = row_stats(v.data(), D, k, c_.dtype_compute);
-    if (k.arith == StatArith::one_pass && s.var < 0) var_below_zero_ = true;
+    if (k.arith == StatArith::one_pass && s.var < 0) p.var_below_zero = true;
     std::vector<LD> out(D);
     if (st) {
       st->xh.resize(D);

@@ -109,13 +109,14 @@ class Engine {
   // dresidual, the column sums); residual blocks are run_block.
   Predictions run(const Knobs& k, const Layout& l, bool columns_only = false,
                   const std::vector<std::int64_t>* only_cols = nullptr) const {
-    var_below_zero_ = false;
     if (c_.block != ref::Block::none) return run_block(k, l);
     Rows hr;
     h_stage(k, l, hr);
     stats_stage(k, l, hr);
-    if (c_.direction == ref::Direction::forward) return run_forward(k, l, hr);
-    return run_backward(k, l, hr, columns_only, only_cols);
+    Predictions p = c_.direction == ref::Direction::forward ? run_forward(k, l, hr)
+                                                             : run_backward(k, l, hr, columns_only, only_cols);
+    p.var_below_zero = hr.var_below_zero;
+    return p;
   }
 
   // Computes the spec's column sums on every row (for dialects evaluated on a sample of rows);
@@ -170,12 +171,12 @@ class Engine {
     return same_h(a, b) && row_stats_knobs(a) == row_stats_knobs(b) && a.stat_dims == b.stat_dims;
   }
   mutable std::optional<Columns> cols_;
-  mutable bool var_below_zero_ = false;  // the last run's one-pass variance of some row was < 0
   std::optional<Knobs> spec_;
 
   // h and the row statistics of a layout's rows under one dialect's knobs: the caches' (shared
   // by every dialect that computes them as the spec does) or the dialect's own.
   struct Rows {
+    bool var_below_zero = false;  // a one-pass variance of some row went below 0 (Predictions)
     Rows() = default;
     Rows(const Rows&) = delete;
     Rows& operator=(const Rows&) = delete;
@@ -295,7 +296,7 @@ class Engine {
           hr.st_own.push_back(row_stats(&h[static_cast<std::size_t>(ri * n)], n, k, c_.dtype_compute));
       }
       if (k.arith == StatArith::one_pass)
-        for (const auto& st : hr.st_own) var_below_zero_ = var_below_zero_ || st.var < 0;
+        for (const auto& st : hr.st_own) hr.var_below_zero = hr.var_below_zero || st.var < 0;
       if (shared) {
         auto& slot = stats_cache_[next_slot_];
         next_slot_ = (next_slot_ + 1) % stats_cache_.size();
@@ -628,10 +629,6 @@ class Engine {
   }
 
  public:
-  // Whether the last run() had a one-pass variance (StatArith::one_pass) below 0 on some row:
-  // where none was, the same knobs with clamp_var predict the same values.
-  bool variance_went_below_zero() const { return var_below_zero_; }
-
   // Whether a and b give the same values for every output of this case (then a dialect need not
   // be evaluated): the knobs that the case's direction and kind read are equal.
   bool same_semantics(const Knobs& a, const Knobs& b) const {

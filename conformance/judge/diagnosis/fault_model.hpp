@@ -99,6 +99,9 @@ struct Predictions {
   std::map<std::string, std::vector<double>> values;
   std::map<std::string, std::vector<double>> slack;
   std::map<std::string, DType> grid;
+  // A one-pass variance (StatArith::one_pass without clamp_var) went below 0 on some row: where
+  // none did, the same knobs with clamp_var predict the same values.
+  bool var_below_zero = false;
   std::vector<double>& operator[](const std::string& name) { return values[name]; }
   auto find(const std::string& name) const { return values.find(name); }
   auto end() const { return values.end(); }

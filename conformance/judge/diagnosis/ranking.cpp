@@ -232,7 +232,7 @@ class Ranking {
       } catch (const std::exception&) {
         continue;
       }
-      if (var.k.arith == StatArith::one_pass && !var.k.clamp_var && !engine_->variance_went_below_zero())
+      if (var.k.arith == StatArith::one_pass && !var.k.clamp_var && !p.var_below_zero)
         never_below_zero.insert(var.k.sum_lanes);
       std::optional<std::uint64_t> h;
       Score sc;

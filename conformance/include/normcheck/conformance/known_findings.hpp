@@ -33,6 +33,9 @@ using KnownFindings = std::map<std::string, std::vector<KnownFinding>>;
 // not a failure, the same case twice for a candidate).
 void read_known_findings(const std::string& path, KnownFindings& into);
 
+// The recorded finding `r` is, of `findings` (one candidate's): same case, same verdict; or null.
+const KnownFinding* known_finding_of(const std::vector<KnownFinding>& findings, const CaseResult& r);
+
 // Marks the cases of `run` whose verdict is their recorded one (CaseResult::known_finding) and
 // lists the recorded cases of the run whose verdict is another (stale_findings). Recorded cases
 // the run did not include (other tiers, --cases) are left alone.
