@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The GPU device check: on a machine with an NVIDIA GPU, builds normcheck and the CUDA plugin,
-# generates the ci tier and runs the two GPU candidates over it, printing their verdict tables:
+# generates the ci tier and runs the GPU candidates over it, printing their verdict tables:
 #   builtin:cuda                  conformance/candidates/cuda/ (CUDA kernels on GPU 0)
 #   PyTorch on CUDA               conformance/python/torch_adapter.py --device cuda
-# Results files: $out/device/cuda.json and $out/device/torch_cuda.json.
+#   builtin:ggml-cuda             ggml's CUDA backend (conformance/candidates/ggml/), held to its
+#                                 recorded findings; NOT RUN where ggml is not installed here
+#                                 (scripts/install-ggml.sh needs the npm registry)
+# Results files: $out/device/cuda.json, $out/device/torch_cuda.json, $out/device/ggml-cuda.json.
 #
-# Exit status: 0 when both conform (nothing FAILED, CRASHED, TIMEOUT or MISSING, and builtin:cuda
+# Exit status: 0 when every candidate that ran conforms (nothing FAILED, CRASHED, TIMEOUT or MISSING, and builtin:cuda
 # passed at least one case), 1 when a candidate does not, 2 without a GPU, 3 when the build or
 # the fixtures fail. Sized for one go in about 10 minutes on a 16-core machine: only the two
 # targets are built (no tests, no benchmarks) and the ci tier is generated with every core.
@@ -44,7 +47,8 @@ if [[ "${NORMCHECK_SKIP_BUILD:-0}" != 1 ]]; then
     echo "device-check: cmake configure failed" >&2
     exit 3
   }
-  cmake --build "$build_dir" --parallel "$(nproc)" --target normcheck normcheck_plugin_cuda || {
+  cmake --build "$build_dir" --parallel "$(nproc)" --target normcheck normcheck_plugin_cuda \
+    normcheck_plugin_ggml-cuda || {
     echo "device-check: build failed (normcheck_plugin_cuda exists only where CMake finds nvcc)" >&2
     exit 3
   }
@@ -103,6 +107,23 @@ elif ((rc == 0 || rc == 2)); then
   verdicts+=("torch cuda: NOT RUN (the adapter could not start or declined every case; see above)")
 else
   verdicts+=("torch cuda: FAILED (exit $rc)")
+  status=1
+fi
+
+echo
+echo "=== builtin:ggml-cuda (ggml's CUDA backend, held to conformance/candidates/ggml/known_findings.json)"
+t0=$SECONDS
+timeout 420 "$normcheck" run --candidate builtin:ggml-cuda --fixtures "$out/ci.h5" --allow-empty \
+  --known-findings conformance/candidates/ggml/known_findings.json --json "$out/device/ggml-cuda.json" --force
+rc=$?
+if ((rc == 0)) && [[ "$(passed "$out/device/ggml-cuda.json")" -gt 0 ]]; then
+  verdicts+=("builtin:ggml-cuda: conforms, its recorded findings aside ($((SECONDS - t0)) s)")
+elif ((rc == 0)); then
+  # Every case declined: ggml not installed on this machine, or no CUDA device for it.
+  verdicts+=("builtin:ggml-cuda: NOT RUN (every case declined; the reason is above)")
+else
+  # A failure that is no recorded finding: a finding of ggml to record, or a suite bug.
+  verdicts+=("builtin:ggml-cuda: FAILED beyond its recorded findings (exit $rc; docs/FINDINGS.md)")
   status=1
 fi
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs ggml (llama.cpp's tensor library) for the builtin:ggml-cpu and builtin:ggml-vulkan
-# candidates (conformance/candidates/ggml/README.md). Idempotent. Nothing of ggml is committed:
+# Installs ggml (llama.cpp's tensor library) for the builtin:ggml-cpu, builtin:ggml-vulkan and
+# builtin:ggml-cuda candidates (conformance/candidates/ggml/README.md). Idempotent. Nothing of ggml
+# is committed:
 #
-#  - the prebuilt libraries: npm package @node-llama-cpp/linux-x64-vulkan at the version pinned in
-#    conformance/candidates/ggml/package-lock.json, `npm ci --ignore-scripts` into
-#    conformance/candidates/ggml/node_modules/ (git ignores it). It carries libggml-base.so, the
-#    backend registry libggml.vulkan.v0.5.0.so, libggml-vulkan.so and every CPU variant
-#    libggml-cpu-<isa>.so. --ignore-scripts: nothing of the package runs at install time.
+#  - the prebuilt libraries: npm packages @node-llama-cpp/linux-x64-vulkan and linux-x64-cuda at the
+#    version pinned in conformance/candidates/ggml/package-lock.json, `npm ci --ignore-scripts` into
+#    conformance/candidates/ggml/node_modules/ (git ignores it). The first carries libggml-base.so,
+#    the backend registry libggml.vulkan.v0.5.0.so, libggml-vulkan.so and every CPU variant
+#    libggml-cpu-<isa>.so; the second libggml-cuda.so (builtin:ggml-cuda). --ignore-scripts:
+#    nothing of the packages runs at install time.
 #  - the headers: the npm package node-llama-cpp at the same version carries
 #    llama/gitRelease.bundle, a git bundle of the matching llama.cpp source; it is cloned in a
 #    temporary folder and only ggml/include is kept, in conformance/candidates/ggml/include-ggml/
@@ -32,16 +34,28 @@ fail() {
   exit "$required"
 }
 
-want="$(sed -n 's/^ *"@node-llama-cpp\/linux-x64-vulkan": "\([0-9.]*\)".*/\1/p' "$dir/package.json")"
-pkg="$dir/node_modules/@node-llama-cpp/linux-x64-vulkan"
-have="$(sed -n 's/^ *"version": "\([0-9.]*\)".*/\1/p' "$pkg/package.json" 2>/dev/null | head -1 || true)"
-if [[ -n "$have" && "$have" == "$want" ]]; then
-  echo "install-ggml: @node-llama-cpp/linux-x64-vulkan $have present"
-else
+# Both packages are pinned in package.json and package-lock.json; npm ci installs them together.
+# The CUDA one (@node-llama-cpp/linux-x64-cuda, 143 MB) carries libggml-cuda.so, built against
+# CUDA 13's runtime; its libggml-base.so is the Vulkan package's, byte for byte (the plugins link
+# the Vulkan package's and load libggml-cuda.so from the CUDA package's folder).
+missing=()
+for p in linux-x64-vulkan linux-x64-cuda; do
+  want="$(sed -n "s/^ *\"@node-llama-cpp\/$p\": \"\([0-9.]*\)\".*/\1/p" "$dir/package.json")"
+  have="$(sed -n 's/^ *"version": "\([0-9.]*\)".*/\1/p' "$dir/node_modules/@node-llama-cpp/$p/package.json" 2>/dev/null | head -1 || true)"
+  if [[ -n "$have" && "$have" == "$want" ]]; then
+    echo "install-ggml: @node-llama-cpp/$p $have present"
+  else
+    missing+=("@node-llama-cpp/$p $want")
+  fi
+done
+if ((${#missing[@]})); then
   command -v npm >/dev/null || fail "npm is not installed (scripts/install-onnxruntime.sh installs Debian's)"
-  echo "install-ggml: npm ci --ignore-scripts (@node-llama-cpp/linux-x64-vulkan $want) in $dir"
+  echo "install-ggml: npm ci --ignore-scripts (${missing[*]}) in $dir"
   (cd "$dir" && timeout 600 npm ci --ignore-scripts --no-audit --no-fund) || fail "npm ci failed"
-  [[ -f "$pkg/bins/linux-x64-vulkan/libggml-base.so" ]] || fail "the package has no bins/linux-x64-vulkan/libggml-base.so"
+  [[ -f "$dir/node_modules/@node-llama-cpp/linux-x64-vulkan/bins/linux-x64-vulkan/libggml-base.so" ]] ||
+    fail "the package has no bins/linux-x64-vulkan/libggml-base.so"
+  [[ -f "$dir/node_modules/@node-llama-cpp/linux-x64-cuda/bins/linux-x64-cuda/libggml-cuda.so" ]] ||
+    fail "the package has no bins/linux-x64-cuda/libggml-cuda.so"
 fi
 
 inc="$dir/include-ggml"

@@ -23,9 +23,11 @@ echo "=== mutants (each must be rejected: the suite's own mutation test)"
 "$normcheck" run --builtins mutants --expect-reject --fixtures "$out/smoke.h5" --json-dir "$out/results" --force
 echo
 echo "=== real libraries held to their recorded findings: each failure must be one (conformance/candidates/ggml/)"
-# --allow-empty: where ggml is not installed or there is no Vulkan device, every case is
-# UNSUPPORTED with the reason; a failure that is no recorded finding still fails the job.
-"$normcheck" run --candidate builtin:ggml-cpu --candidate builtin:ggml-vulkan --fixtures "$out/smoke.h5" \
+# --allow-empty: where ggml is not installed, there is no Vulkan device or (ggml-cuda) no NVIDIA
+# GPU, every case is UNSUPPORTED with the reason; a failure that is no recorded finding still
+# fails the job.
+"$normcheck" run --candidate builtin:ggml-cpu --candidate builtin:ggml-vulkan --candidate builtin:ggml-cuda \
+  --fixtures "$out/smoke.h5" \
   --known-findings "$root/conformance/candidates/ggml/known_findings.json" --allow-empty \
   --json-dir "$out/results" --force
 echo

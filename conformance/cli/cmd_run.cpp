@@ -96,8 +96,14 @@ int run_list(const RunArgs& a) {
     fmt::print("{}\n", j.dump(1));
     return kExitOk;
   }
-  for (auto kind : {conf::CandidateKind::correct, conf::CandidateKind::mutant}) {
-    fmt::print("{} candidates:\n", kind == conf::CandidateKind::correct ? "Correct" : "Mutant");
+  for (auto kind : {conf::CandidateKind::correct, conf::CandidateKind::mutant, conf::CandidateKind::external}) {
+    const bool any = std::any_of(all.begin(), all.end(), [&](const auto& e) { return e.info.kind == kind; });
+    if (kind == conf::CandidateKind::external && !any) continue;
+    fmt::print("{}\n", kind == conf::CandidateKind::correct ? "Correct candidates:"
+                        : kind == conf::CandidateKind::mutant
+                            ? "Mutant candidates:"
+                            : "External candidates (real libraries, run by name and held to their recorded "
+                              "findings with --known-findings; docs/FINDINGS.md):");
     for (const auto& e : all) {
       if (e.info.kind != kind) continue;
       fmt::print("  {:<34} {}\n", e.info.name, e.info.description);

@@ -58,7 +58,7 @@ std::string worker_exe() {
 // The kind a bundled plugin is listed with. A library that aborts on inputs it accepts
 // (NC_CAP_ISOLATE: ggml) has recorded findings (docs/FINDINGS.md), so it is `external`: run by
 // `--builtins all` and by name, not by `--builtins correct`, whose candidates the main job holds
-// to conform, until known findings are kept as data beside it.
+// to conform; the main job runs it by name with its known findings (`run --known-findings`).
 CandidateKind kind_of(const nc_candidate& d) {
   return d.flags & NC_CAP_ISOLATE ? CandidateKind::external : CandidateKind::correct;
 }

@@ -1,6 +1,7 @@
-// builtin:ggml-cpu and builtin:ggml-vulkan: ggml's own norm ops (ggml_rms_norm, ggml_norm,
-// ggml_rms_norm_back) in the graphs llama.cpp builds around them, on ggml's CPU backend (one
-// pinned CPU variant) or its Vulkan backend, from node-llama-cpp's prebuilt libraries
+// builtin:ggml-cpu, builtin:ggml-vulkan and builtin:ggml-cuda: ggml's own norm ops (ggml_rms_norm,
+// ggml_norm, ggml_rms_norm_back) in the graphs llama.cpp builds around them, on ggml's CPU backend
+// (one pinned CPU variant), its Vulkan backend or its CUDA backend, from node-llama-cpp's prebuilt
+// libraries
 // (scripts/install-ggml.sh). README.md says what maps onto ggml and what is declined, and why.
 //
 // ggml computes; the plugin only builds the graph and moves bytes. Each input is copied, bytes
@@ -11,7 +12,9 @@
 // use (and its backends fuse by pattern), the fused residual an ggml_add feeding the norm. Every
 // node is put to ggml_backend_supports_op first; a "no" is UNSUPPORTED with that answer.
 //
-// Built twice from this file: NC_GGML_VULKAN 0 (ggml-cpu) and 1 (ggml-vulkan). Without ggml's
+// Built three times from this file: ggml-cpu, ggml-vulkan (NC_GGML_VULKAN 1) and ggml-cuda
+// (NC_GGML_CUDA 1; its libggml-cuda.so comes from the CUDA package, NC_GGML_CUDA_DIR, and needs
+// an NVIDIA driver and device: without them every case is declined saying which). Without ggml's
 // headers (NC_GGML_HAVE_HEADERS 0) it is built as a candidate that declines every case, saying how
 // to install ggml.
 #include <cstdio>
@@ -27,6 +30,9 @@
 #if NC_GGML_VULKAN
 #define NC_GGML_NAME "ggml-vulkan"
 #define NC_GGML_DEVICE "vulkan"
+#elif NC_GGML_CUDA
+#define NC_GGML_NAME "ggml-cuda"
+#define NC_GGML_DEVICE "cuda"
 #else
 #define NC_GGML_NAME "ggml-cpu"
 #define NC_GGML_DEVICE "cpu"
@@ -108,6 +114,26 @@ void* init(char* err, size_t err_len) {
   // ggml skips CPU-type Vulkan devices (lavapipe's llvmpipe) unless they are named here.
   setenv("GGML_VK_VISIBLE_DEVICES", "0", 0);
   const std::string lib = dir + "/libggml-vulkan.so";
+#elif NC_GGML_CUDA
+  const std::string lib = env_or("NORMCHECK_GGML_CUDA_DIR", NC_GGML_CUDA_DIR) + "/libggml-cuda.so";
+  if (access(lib.c_str(), R_OK) != 0) {
+    std::snprintf(err, err_len, "%s is not installed (scripts/install-ggml.sh)", lib.c_str());
+    fini(s);
+    return nullptr;
+  }
+  // libggml-cuda.so needs the NVIDIA driver's libcuda.so.1 (and CUDA 13's runtime libraries);
+  // ggml_backend_load would only log the dlopen error: say which library is missing.
+  if (void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(h);
+  } else {
+    const char* e = dlerror();
+    std::snprintf(err, err_len,
+                  "ggml's CUDA backend cannot load here: %s (it needs an NVIDIA GPU with its driver, libcuda.so.1, "
+                  "and CUDA 13's runtime)",
+                  e ? e : lib.c_str());
+    fini(s);
+    return nullptr;
+  }
 #else
   const std::string variant = env_or("NORMCHECK_GGML_CPU_VARIANT", kDefaultCpuVariant);
   const std::string lib = dir + "/libggml-cpu-" + variant + ".so";
@@ -144,8 +170,10 @@ void* init(char* err, size_t err_len) {
   }
   if (ggml_backend_reg_dev_count(s->reg) == 0) {
     std::snprintf(err, err_len,
-                  "ggml backend %s has no device (Vulkan: no Vulkan device; Debian's mesa-vulkan-drivers "
-                  "gives the software one, lavapipe)",
+                  NC_GGML_CUDA ? "ggml backend %s has no device (no CUDA device is visible: no NVIDIA GPU, or "
+                                 "CUDA_VISIBLE_DEVICES hides it)"
+                               : "ggml backend %s has no device (Vulkan: no Vulkan device; Debian's "
+                                 "mesa-vulkan-drivers gives the software one, lavapipe)",
                   ggml_backend_reg_name(s->reg));
     fini(s);
     return nullptr;
@@ -158,7 +186,7 @@ void* init(char* err, size_t err_len) {
     return nullptr;
   }
   s->what = std::string(ggml_backend_dev_name(s->dev)) + " (" + ggml_backend_dev_description(s->dev) + ")";
-#if !NC_GGML_VULKAN
+#if !NC_GGML_VULKAN && !NC_GGML_CUDA
   s->what += ", variant " + variant;
 #endif
   s->threads = std::atoi(env_or("NORMCHECK_GGML_THREADS", "1").c_str());
@@ -554,6 +582,9 @@ constexpr nc_candidate kCandidate = {
     "ggml " NC_GGML_VERSION " (node-llama-cpp " NC_GGML_NLC_VERSION ") Vulkan backend, first Vulkan device "
     "(GGML_VK_VISIBLE_DEVICES=0: lavapipe on a machine without a GPU); ggml_rms_norm, ggml_norm, "
     "ggml_rms_norm_back with ggml_mul/ggml_add for weight, bias and residual",
+#elif NC_GGML_CUDA
+    "ggml " NC_GGML_VERSION " (node-llama-cpp " NC_GGML_NLC_VERSION ") CUDA backend, first CUDA device; "
+    "ggml_rms_norm, ggml_norm, ggml_rms_norm_back with ggml_mul/ggml_add for weight, bias and residual",
 #else
     "ggml " NC_GGML_VERSION " (node-llama-cpp " NC_GGML_NLC_VERSION ") CPU backend, variant "
     "libggml-cpu-haswell.so ($NORMCHECK_GGML_CPU_VARIANT), $NORMCHECK_GGML_THREADS threads (1); ggml_rms_norm, "
