@@ -97,8 +97,9 @@ int run_list(const RunArgs& a) {
     return kExitOk;
   }
   for (auto kind : {conf::CandidateKind::correct, conf::CandidateKind::mutant, conf::CandidateKind::external}) {
-    const bool any = std::any_of(all.begin(), all.end(), [&](const auto& e) { return e.info.kind == kind; });
-    if (kind == conf::CandidateKind::external && !any) continue;
+    if (kind == conf::CandidateKind::external &&
+        std::none_of(all.begin(), all.end(), [&](const auto& e) { return e.info.kind == kind; }))
+      continue;
     fmt::print("{}\n", kind == conf::CandidateKind::correct ? "Correct candidates:"
                         : kind == conf::CandidateKind::mutant
                             ? "Mutant candidates:"

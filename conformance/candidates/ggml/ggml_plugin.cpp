@@ -123,9 +123,9 @@ void* init(char* err, size_t err_len) {
   }
   // libggml-cuda.so needs the NVIDIA driver's libcuda.so.1 (and CUDA 13's runtime libraries);
   // ggml_backend_load would only log the dlopen error: say which library is missing.
-  if (void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-    dlclose(h);
-  } else {
+  // The probe's handle stays open over ggml_backend_load below, which then maps nothing again.
+  void* probe = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!probe) {
     const char* e = dlerror();
     std::snprintf(err, err_len,
                   "ggml's CUDA backend cannot load here: %s (it needs an NVIDIA GPU with its driver, libcuda.so.1, "
@@ -156,6 +156,9 @@ void* init(char* err, size_t err_len) {
   }
 #endif
   s->reg = ggml_backend_load(lib.c_str());
+#if NC_GGML_CUDA
+  dlclose(probe);
+#endif
   if (!s->reg) {
     // ggml-vulkan's registration returns none when no Vulkan instance or device comes up.
     if (NC_GGML_VULKAN && access(lib.c_str(), R_OK) == 0)
@@ -578,17 +581,15 @@ constexpr nc_candidate kCandidate = {
     NORMCHECK_CANDIDATE_ABI_VERSION,
     sizeof(nc_candidate),
     NC_GGML_NAME,
+#define NC_GGML_OPS "ggml_rms_norm, ggml_norm, ggml_rms_norm_back with ggml_mul/ggml_add for weight, bias and residual"
 #if NC_GGML_VULKAN
     "ggml " NC_GGML_VERSION " (node-llama-cpp " NC_GGML_NLC_VERSION ") Vulkan backend, first Vulkan device "
-    "(GGML_VK_VISIBLE_DEVICES=0: lavapipe on a machine without a GPU); ggml_rms_norm, ggml_norm, "
-    "ggml_rms_norm_back with ggml_mul/ggml_add for weight, bias and residual",
+    "(GGML_VK_VISIBLE_DEVICES=0: lavapipe on a machine without a GPU); " NC_GGML_OPS,
 #elif NC_GGML_CUDA
-    "ggml " NC_GGML_VERSION " (node-llama-cpp " NC_GGML_NLC_VERSION ") CUDA backend, first CUDA device; "
-    "ggml_rms_norm, ggml_norm, ggml_rms_norm_back with ggml_mul/ggml_add for weight, bias and residual",
+    "ggml " NC_GGML_VERSION " (node-llama-cpp " NC_GGML_NLC_VERSION ") CUDA backend, first CUDA device; " NC_GGML_OPS,
 #else
     "ggml " NC_GGML_VERSION " (node-llama-cpp " NC_GGML_NLC_VERSION ") CPU backend, variant "
-    "libggml-cpu-haswell.so ($NORMCHECK_GGML_CPU_VARIANT), $NORMCHECK_GGML_THREADS threads (1); ggml_rms_norm, "
-    "ggml_norm, ggml_rms_norm_back with ggml_mul/ggml_add for weight, bias and residual",
+    "libggml-cpu-haswell.so ($NORMCHECK_GGML_CPU_VARIANT), $NORMCHECK_GGML_THREADS threads (1); " NC_GGML_OPS,
 #endif
     (1u << NC_LAYERNORM) | (1u << NC_RMSNORM),
     (1u << NC_FLOAT32) | (1u << NC_FLOAT16) | (1u << NC_BFLOAT16),
