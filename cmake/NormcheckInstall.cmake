@@ -5,7 +5,7 @@
 #   bin/normcheck
 #   lib/normcheck/plugins/libnormcheck_<name>.so   (builtin:<name>)
 #   include/normcheck/candidate.h
-#   share/normcheck/python/     (normcheck_protocol.py, the adapters)
+#   share/normcheck/python/     (normcheck_protocol.py, numpy_candidate.py, torch_adapter.py)
 #   share/normcheck/cases/      (smoke.json, ci.json, nightly.json)
 #   share/normcheck/web/        (Chart.js for the HTML reports)
 #   lib/cmake/normcheck/        (the package)
@@ -28,6 +28,9 @@ install(TARGETS normcheck normcheck_candidate EXPORT normcheckTargets
 install(FILES ${PROJECT_SOURCE_DIR}/conformance/include/normcheck/candidate.h DESTINATION include/normcheck)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/conformance/python/ DESTINATION share/normcheck/python
   FILES_MATCHING PATTERN "*.py" PATTERN "README.md" PATTERN "tests" EXCLUDE PATTERN "__pycache__" EXCLUDE)
+# builtin:torch's adapter (conformance/candidates/torch/) beside the protocol module it imports,
+# where an installed normcheck looks for it (share/normcheck/python, or NORMCHECK_PYTHON_DIR).
+install(FILES ${PROJECT_SOURCE_DIR}/conformance/candidates/torch/torch_adapter.py DESTINATION share/normcheck/python)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/cases/ DESTINATION share/normcheck/cases
   FILES_MATCHING PATTERN "*.json")
 # Chart.js for the HTML reports (installed from npm by scripts/install-report-deps.sh), with

@@ -2,7 +2,7 @@
 # The GPU device check: on a machine with an NVIDIA GPU, builds normcheck and the CUDA plugin,
 # generates the ci tier and runs the GPU candidates over it, printing their verdict tables:
 #   builtin:cuda                  conformance/candidates/cuda/ (CUDA kernels on GPU 0)
-#   PyTorch on CUDA               conformance/python/torch_adapter.py --device cuda
+#   PyTorch on CUDA               conformance/candidates/torch/torch_adapter.py --device cuda
 #   builtin:ggml-cuda             ggml's CUDA backend (conformance/candidates/ggml/), held to its
 #                                 recorded findings; NOT RUN where ggml is not installed here
 #                                 (scripts/install-ggml.sh needs the npm registry)
@@ -94,9 +94,9 @@ else
 fi
 
 echo
-echo "=== PyTorch on CUDA ($python conformance/python/torch_adapter.py --device cuda)"
+echo "=== PyTorch on CUDA ($python conformance/candidates/torch/torch_adapter.py --device cuda)"
 t0=$SECONDS
-timeout 420 "$normcheck" run --candidate "cmd:$python conformance/python/torch_adapter.py --device cuda" \
+timeout 420 "$normcheck" run --candidate "cmd:$python conformance/candidates/torch/torch_adapter.py --device cuda" \
   --fixtures "$out/ci.h5" --json "$out/device/torch_cuda.json" --force
 rc=$?
 if ((rc == 0)) && [[ "$(passed "$out/device/torch_cuda.json")" -gt 0 ]]; then

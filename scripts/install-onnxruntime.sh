@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs ONNX Runtime for the onnxruntime-* candidates: the npm package onnxruntime-node at the
-# version pinned in conformance/onnxruntime/package-lock.json, into
-# conformance/onnxruntime/node_modules/ (git ignores it). Idempotent.
+# version pinned in conformance/candidates/onnxruntime/package-lock.json, into
+# conformance/candidates/onnxruntime/node_modules/ (git ignores it). Idempotent.
 #
 # --ignore-scripts: the package's own install step downloads GPU binaries from elsewhere, which
 # the CPU runtime does not need (its libonnxruntime.so for linux x64 is in the package itself).
@@ -11,7 +11,7 @@
 # reason. Exit 1 only with --required.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dir="$root/conformance/onnxruntime"
+dir="$root/conformance/candidates/onnxruntime"
 required=0
 [[ "${1:-}" == "--required" ]] && required=1
 

@@ -1,5 +1,5 @@
 // Loading candidate.h plugins, shared by the `plugin:` transport (plugin_candidate.cpp) and the
-// discovery of bundled plugins (bundled_plugins.cpp). Internal to conformance/plugin/.
+// discovery of bundled plugins (../candidates/bundled_plugins.cpp), its only user outside plugin/.
 #pragma once
 
 #include <memory>

@@ -1,5 +1,5 @@
 // Constructors of the transports, each implemented in its own folder (plugin/, subprocess/);
-// make_candidate() in candidate.cpp dispatches on the spec's prefix.
+// make_candidate() in ../candidates/spec.cpp dispatches on the spec's prefix.
 #pragma once
 
 #include <memory>

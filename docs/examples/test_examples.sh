@@ -17,6 +17,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 echo "--- install into $prefix"
 cmake --install "$build_dir" --prefix "$prefix" >/dev/null
 for f in bin/normcheck include/normcheck/candidate.h share/normcheck/python/normcheck_protocol.py \
+         share/normcheck/python/torch_adapter.py \
          share/normcheck/cases/smoke.json lib/cmake/normcheck/normcheckConfig.cmake \
          lib/cmake/normcheck/NormcheckConformanceTest.cmake; do
   [[ -e "$prefix/$f" ]] || fail "the install lacks $f"

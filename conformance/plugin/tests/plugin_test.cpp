@@ -17,7 +17,7 @@
 #include "normcheck/candidate.h"
 #include "normcheck/conformance/candidate.hpp"
 #include "normcheck/reference/evaluate.hpp"
-#include "plugin/bundled_plugins.hpp"
+#include "candidates/bundled_plugins.hpp"
 #include "transports.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -31,7 +31,8 @@ const std::string kSource = NORMCHECK_SOURCE_DIR;
 const std::string kPython = NORMCHECK_PYTHON_EXE;
 const std::string kNormcheck = NORMCHECK_EXE;
 
-std::string python_dir() { return kSource + "/conformance/python"; }
+std::string python_dir() { return kSource + "/conformance/python"; }  // the protocol module, numpy_candidate.py
+std::string torch_adapter() { return kSource + "/conformance/candidates/torch/torch_adapter.py"; }
 std::string helper() { return kSource + "/conformance/subprocess/tests/helpers/misbehave.py"; }
 
 bool same_value(double a, double b) {
@@ -559,7 +560,7 @@ TEST(Torch, AgreesWithTheReferenceInFloat32) {
   if (!have_torch()) GTEST_SKIP() << "import torch fails with " << kPython;
   SubprocessOptions opt;
   opt.timeout_s = 60;
-  auto cand = python({python_dir() + "/torch_adapter.py"}, opt);
+  auto cand = python({torch_adapter()}, opt);
   EXPECT_EQ(cand->info().caps.device, "cpu");
   auto ln = make_case(ref::Op::layernorm, DType::float32, 8, 64);
   expect_close(cand->run(ln), ln, 8);
@@ -591,7 +592,7 @@ TEST(Torch, GemmaRmsNormInBfloat16IsRoundedOnce) {
   if (!have_torch()) GTEST_SKIP() << "import torch fails with " << kPython;
   SubprocessOptions opt;
   opt.timeout_s = 60;
-  auto cand = python({python_dir() + "/torch_adapter.py"}, opt);
+  auto cand = python({torch_adapter()}, opt);
   auto g = make_case(ref::Op::rmsnorm, DType::bfloat16, 8, 64, ref::Affine::weight);
   g.contract = "gemma";
   g.weight_offset = 1;
@@ -611,7 +612,7 @@ TEST(Torch, CudaWithoutAGpuSaysSo) {
   opt.timeout_s = 60;
   expect_throw<std::invalid_argument>(
       [&] {
-        python({python_dir() + "/torch_adapter.py", "--device", "cuda"}, opt);
+        python({torch_adapter(), "--device", "cuda"}, opt);
       },
       "CUDA not available");
 }

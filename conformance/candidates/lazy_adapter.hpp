@@ -1,4 +1,5 @@
-// Built-in candidates that run a Python adapter over the subprocess protocol (builtin:torch).
+// Built-in candidates that run an adapter over the subprocess protocol, started on first use
+// (builtin:torch, builtin:onnxruntime-*).
 #pragma once
 
 #include <memory>
@@ -8,8 +9,6 @@
 #include "normcheck/conformance/candidate.hpp"
 
 namespace normcheck::conf {
-
-std::vector<BuiltinEntry> python_builtins();
 
 // A candidate that starts the adapter `argv` (a subprocess-protocol child) on first use, so that
 // listing candidates starts nothing; an adapter that cannot start makes every case UNSUPPORTED

@@ -8,7 +8,7 @@
 #include <string>
 #include <system_error>
 
-#include "plugin_loader.hpp"
+#include "plugin/plugin_loader.hpp"
 #include "transports.hpp"
 
 namespace normcheck::conf {

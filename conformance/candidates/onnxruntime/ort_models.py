@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the one-node ONNX model that ort_adapter.js runs for a case (conformance/onnxruntime/).
+"""Builds the one-node ONNX model that ort_adapter.js runs for a case (conformance/candidates/onnxruntime/).
 
     /usr/bin/python3 ort_models.py --out MODEL.onnx '{"op": "LayerNormalization", ...}'
 

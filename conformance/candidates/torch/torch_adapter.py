@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch as a normcheck candidate (subprocess protocol, conformance/PROTOCOL.md).
 
-    --candidate "cmd:/usr/bin/python3 conformance/python/torch_adapter.py [--device cpu|cuda]"
+    --candidate "cmd:/usr/bin/python3 conformance/candidates/torch/torch_adapter.py [--device cpu|cuda]"
 
 LayerNorm is torch.nn.functional.layer_norm (forward; backward by autograd: dx, dweight, dbias);
 mean and rstd come from torch.native_layer_norm, the op layer_norm calls. RMSNorm is written as
@@ -42,7 +42,10 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# normcheck_protocol.py: beside this file in an installation (share/normcheck/python), in
+# conformance/python/ in the source tree (this file is conformance/candidates/torch/).
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "python")]
 from normcheck_protocol import Declined, serve, serve_error_at_startup  # noqa: E402
 
 

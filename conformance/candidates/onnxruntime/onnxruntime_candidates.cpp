@@ -1,5 +1,5 @@
 // ONNX Runtime's CPU normalization kernels as built-in candidates (builtin:onnxruntime-*): each
-// runs conformance/onnxruntime/ort_adapter.js under Node.js over the subprocess protocol, started
+// runs ort_adapter.js (beside this file) under Node.js over the subprocess protocol, started
 // on first use. Where Node or the npm package onnxruntime-node is missing (it is installed by
 // scripts/install-onnxruntime.sh, which may fail without a network), the candidates are still
 // listed and every case is UNSUPPORTED with the reason; nothing else of the suite depends on it.
@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "python_candidates.hpp"
+#include "candidates/lazy_adapter.hpp"
 
 namespace normcheck::conf {
 namespace {
@@ -23,7 +23,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 // The folder with ort_adapter.js, ort_models.py and node_modules/.
-std::string ort_dir() { return env_or("NORMCHECK_ORT_DIR", NORMCHECK_SOURCE_DIR "/conformance/onnxruntime"); }
+std::string ort_dir() { return env_or("NORMCHECK_ORT_DIR", NORMCHECK_SOURCE_DIR "/conformance/candidates/onnxruntime"); }
 
 // Empty when the adapter can start; otherwise why it cannot.
 std::string unavailable_reason() {
