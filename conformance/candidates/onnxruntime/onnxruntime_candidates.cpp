@@ -63,8 +63,9 @@ CandidateInfo info_of(const OrtKernel& k, const std::string& unavailable) {
   CandidateInfo i;
   i.name = fmt::format("builtin:onnxruntime-{}", k.name);
   i.kind = CandidateKind::correct;
-  i.description = fmt::format("ONNX Runtime (onnxruntime-node, CPU) through conformance/onnxruntime/ort_adapter.js: {}{}",
-                              k.what, unavailable.empty() ? "" : " [skipped: " + unavailable + "]");
+  i.description = fmt::format(
+      "ONNX Runtime (onnxruntime-node, CPU) through conformance/candidates/onnxruntime/ort_adapter.js: {}{}", k.what,
+      unavailable.empty() ? "" : " [skipped: " + unavailable + "]");
   i.caps.ops = {k.norm_op};
   // float64 and bfloat16 reach the adapter, which declines them with the reason.
   i.caps.dtypes = {ref::DType::float64, ref::DType::float32, ref::DType::float16, ref::DType::bfloat16};

@@ -25,8 +25,8 @@ CandidateInfo torch_info() {
   i.name = "builtin:torch";
   i.kind = CandidateKind::correct;
   i.description =
-      "PyTorch through the Python adapter (conformance/python/torch_adapter.py, CPU): F.layer_norm with autograd, "
-      "RMSNorm as Hugging Face writes it";
+      "PyTorch through the Python adapter (conformance/candidates/torch/torch_adapter.py, CPU): F.layer_norm with "
+      "autograd, RMSNorm as Hugging Face writes it";
   i.caps.dtypes = {ref::DType::float64, ref::DType::float32, ref::DType::float16, ref::DType::bfloat16};
   i.caps.compute_dtypes = {ref::DType::float32};
   i.caps.contracts = {"exact", "llama", "gemma", "fused_add_lowp"};
