@@ -8,8 +8,9 @@ equal after removing what legitimately differs between two runs of the same comm
 
   * every "seconds" field (wall times of the run and of each case);
   * the top-level "generator_version" (the version of the normcheck that wrote the file);
-  * in the top-level "command", the folder the file was written to (BEFORE_DIR or AFTER_DIR,
-    as given, absolute or as the path the run was given), replaced by "<DIR>".
+  * in every string (the top-level "command", each case's "repro" line), the folder compared
+    (BEFORE_DIR or AFTER_DIR, as given, absolute or normalized), replaced by "<DIR>": the
+    runs may read their fixture file from, and write into, the folder they are compared in.
 
 Everything else — verdicts, reasons, every error number, histograms, per-row errors, worst
 elements, diagnoses with their scores and evidence — must be identical. Any other file (fixture
@@ -35,12 +36,19 @@ def normalize(doc, folder):
     doc = strip(doc)
     if isinstance(doc, dict):
         doc.pop("generator_version", None)
-        cmd = doc.get("command")
-        if isinstance(cmd, str):
-            for f in sorted({folder, os.path.abspath(folder), os.path.normpath(folder)}, key=len, reverse=True):
-                cmd = cmd.replace(f.rstrip("/"), "<DIR>")
-            doc["command"] = cmd
-    return doc
+    forms = sorted({folder.rstrip("/"), os.path.abspath(folder), os.path.normpath(folder)}, key=len, reverse=True)
+
+    def paths(v):
+        if isinstance(v, dict):
+            return {k: paths(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [paths(x) for x in v]
+        if isinstance(v, str):
+            for f in forms:
+                v = v.replace(f, "<DIR>")
+        return v
+
+    return paths(doc)
 
 
 def diff(a, b, path, out, limit=5):

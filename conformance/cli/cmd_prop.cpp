@@ -11,7 +11,7 @@
 
 #include "commands.hpp"
 #include "normcheck/conformance/candidate.hpp"
-#include "normcheck/conformance/diagnosis.hpp"
+#include "normcheck/judge/diagnosis.hpp"
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/properties/properties.hpp"
 #include "normcheck/version.hpp"

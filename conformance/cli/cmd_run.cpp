@@ -11,6 +11,7 @@
 #include "commands.hpp"
 #include "normcheck/conformance/known_findings.hpp"
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/capabilities_json.hpp"
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/fixtures/error.hpp"
 
@@ -47,45 +48,15 @@ std::int64_t checked_count(const conf::CandidateRun& r) {
   return n;
 }
 
-std::string caps_text(const conf::Capabilities& c) {
-  std::string ops, dts, cts, dirs;
-  for (auto o : c.ops) ops += (ops.empty() ? "" : ",") + std::string(ref::name_of(o));
-  for (auto d : c.dtypes) dts += (dts.empty() ? "" : ",") + std::string(ref::name_of(d));
-  for (auto d : c.compute_dtypes) cts += (cts.empty() ? "" : ",") + std::string(ref::name_of(d));
-  for (auto d : c.directions) dirs += (dirs.empty() ? "" : ",") + std::string(ref::name_of(d));
-  std::string contracts;
-  for (const auto& s : c.contracts) contracts += (contracts.empty() ? "" : ",") + s;
-  return fmt::format("{} | {} | compute {} | {} | contracts {}{}{}{}{}{} | {}", ops, dts, cts, dirs, contracts,
-                     c.residual ? " | residual" : "", c.blocks ? " | blocks" : "",
-                     c.general_axes ? " | any axes" : " | last axis",
-                     c.flush_subnormal_outputs ? " | flushes subnormal outputs" : "",
-                     c.reduction.is_any() ? std::string() : " | reduction " + conf::name_of(c.reduction), c.device);
-}
-
 int run_list(const RunArgs& a) {
   const auto& all = conf::builtin_candidates();
   if (a.json_list) {
     nlohmann::ordered_json j = nlohmann::ordered_json::array();
     for (const auto& e : all) {
-      const auto& c = e.info.caps;
-      nlohmann::ordered_json caps;
-      for (auto o : c.ops) caps["ops"].push_back(ref::name_of(o));
-      for (auto d : c.dtypes) caps["dtypes"].push_back(ref::name_of(d));
-      for (auto d : c.compute_dtypes) caps["compute_dtypes"].push_back(ref::name_of(d));
-      for (auto d : c.directions) caps["directions"].push_back(ref::name_of(d));
-      caps["contracts"] = c.contracts;
-      caps["residual"] = c.residual;
-      caps["blocks"] = c.blocks;
-      caps["general_axes"] = c.general_axes;
-      caps["weight_offset"] = c.weight_offset;
-      caps["batch_dependent_order"] = c.batch_dependent_order;
-      caps["flush_subnormal_outputs"] = c.flush_subnormal_outputs;
-      caps["reduction"] = conf::name_of(c.reduction);
-      caps["device"] = c.device;
       nlohmann::ordered_json item{{"name", e.info.name},
                                   {"kind", conf::name_of(e.info.kind)},
                                   {"description", e.info.description},
-                                  {"capabilities", caps}};
+                                  {"capabilities", conf::capabilities_json<nlohmann::ordered_json>(e.info.caps)}};
       if (e.info.kind == conf::CandidateKind::mutant) {
         if (!e.info.fault_id.empty()) item["fault_id"] = e.info.fault_id;
         item["fault_class"] = e.info.fault_class;
@@ -109,7 +80,7 @@ int run_list(const RunArgs& a) {
       if (e.info.kind != kind) continue;
       fmt::print("  {:<34} {}\n", e.info.name, e.info.description);
       if (kind == conf::CandidateKind::mutant) fmt::print("  {:<34} class {}: {}\n", "", e.info.fault_class, e.info.fault);
-      fmt::print("  {:<34} supports: {}\n", "", caps_text(e.info.caps));
+      fmt::print("  {:<34} supports: {}\n", "", conf::capabilities_text(e.info.caps));
     }
   }
   return kExitOk;

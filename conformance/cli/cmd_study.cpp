@@ -36,9 +36,9 @@ void parse(StudyArgs& a) {
   }
   o.norms.clear();
   for (const auto& s : a.norms) {
-    if (s == "layernorm") o.norms.push_back(ref::Op::layernorm);
-    else if (s == "rmsnorm") o.norms.push_back(ref::Op::rmsnorm);
-    else throw study::StudyInputError("--norm", fmt::format("unknown norm '{}' (layernorm, rmsnorm)", s));
+    const auto op = ref::enum_parse<ref::Op>(s);
+    if (!op) throw study::StudyInputError("--norm", fmt::format("unknown norm '{}' ({})", s, ref::enum_names_text<ref::Op>()));
+    o.norms.push_back(*op);
   }
   o.lowp.clear();
   for (const auto& s : a.lowp) {

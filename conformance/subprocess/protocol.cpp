@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
+#include "normcheck/conformance/capabilities_json.hpp"
 #include "normcheck/reference/case_json.hpp"
 #include "normcheck/reference/dtype.hpp"
 
@@ -28,12 +30,11 @@ std::uint64_t load_le(const unsigned char* in, std::size_t bytes) {
 }
 
 
-template <class Enum, std::size_t N>
-Enum parse_enum(const json& j, const char* field, const std::array<Enum, N>& values) {
+template <class Enum>
+Enum parse_enum(const json& j, const char* field) {
   if (!j.is_string()) throw ProtocolError(fmt::format("case.{} must be a string", field));
   const auto s = j.get<std::string>();
-  for (auto v : values)
-    if (ref::name_of(v) == s) return v;
+  if (auto v = ref::enum_parse<Enum>(s)) return *v;
   throw ProtocolError(fmt::format("case.{}: unknown value '{}'", field, s));
 }
 
@@ -84,42 +85,13 @@ std::vector<std::int64_t> shape_field(const json& j, const std::string& where) {
   return shape;
 }
 
-template <class T, class F>
-std::vector<T> name_list(const json& caps, const char* field, std::vector<T> fallback, F parse) {
-  auto it = caps.find(field);
-  if (it == caps.end()) return fallback;
-  if (!it->is_array()) throw ProtocolError(fmt::format("capabilities.{} must be an array of strings", field));
-  std::vector<T> out;
-  for (const auto& v : *it) {
-    if (!v.is_string())
-      throw ProtocolError(fmt::format("capabilities.{} must be an array of strings", field));
-    if (auto x = parse(v.get<std::string>())) out.push_back(*x);  // unknown names: skipped
-  }
-  return out;
-}
-
-template <class Enum, std::size_t N>
-auto enum_parser(const std::array<Enum, N>& values) {
-  return [values](const std::string& s) -> std::optional<Enum> {
-    for (auto v : values)
-      if (ref::name_of(v) == s) return v;
-    return std::nullopt;
-  };
-}
-
-constexpr std::array kOps{ref::Op::layernorm, ref::Op::rmsnorm};
-constexpr std::array kAffines{ref::Affine::none, ref::Affine::weight, ref::Affine::weight_bias};
-constexpr std::array kResiduals{ref::Residual::none, ref::Residual::add, ref::Residual::add_bias};
-constexpr std::array kBlocks{ref::Block::none, ref::Block::post, ref::Block::pre, ref::Block::sandwich,
-                             ref::Block::deepnorm};
-constexpr std::array kDirections{ref::Direction::forward, ref::Direction::backward};
-constexpr std::array kActivations{ref::Activation::gelu, ref::Activation::relu};
-
+// An element of a capability list by its name: an enum's table name (a dtype also by the
+// aliases parse_dtype takes), a contract as it is.
 template <class T>
-json names(const std::vector<T>& v) {
-  json a = json::array();
-  for (const auto& x : v) a.push_back(std::string(ref::name_of(x)));
-  return a;
+std::optional<T> capability_item(const std::string& s) {
+  if constexpr (std::is_same_v<T, std::string>) return s;
+  else if constexpr (std::is_same_v<T, ref::DType>) return ref::parse_dtype(s);
+  else return ref::enum_parse<T>(s);
 }
 
 }  // namespace
@@ -235,7 +207,7 @@ ref::Case case_from_json(const json& j) {
   if (!j.is_object()) throw ProtocolError("'case' must be an object");
   ref::Case c;
   if (auto it = j.find("case_id"); it != j.end() && it->is_string()) c.id = it->get<std::string>();
-  c.op = parse_enum(required(j, "op", "case"), "op", kOps);
+  c.op = parse_enum<ref::Op>(required(j, "op", "case"), "op");
   c.axis = int_field(required(j, "axis", "case"), "axis");
   if (auto it = j.find("axes"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) throw ProtocolError("case.axes must be an array");
@@ -244,14 +216,14 @@ ref::Case case_from_json(const json& j) {
     c.axes = std::move(axes);
   }
   c.epsilon = real_field(j, "epsilon");
-  c.affine = parse_enum(required(j, "affine", "case"), "affine", kAffines);
+  c.affine = parse_enum<ref::Affine>(required(j, "affine", "case"), "affine");
   c.weight_offset = real_field(j, "weight_offset");
-  c.residual = parse_enum(required(j, "residual", "case"), "residual", kResiduals);
+  c.residual = parse_enum<ref::Residual>(required(j, "residual", "case"), "residual");
   c.alpha = real_field(j, "alpha");
-  c.block = parse_enum(required(j, "block", "case"), "block", kBlocks);
+  c.block = parse_enum<ref::Block>(required(j, "block", "case"), "block");
   c.layers = int_field(required(j, "layers", "case"), "layers");
-  c.activation = parse_enum(required(j, "activation", "case"), "activation", kActivations);
-  c.direction = parse_enum(required(j, "direction", "case"), "direction", kDirections);
+  c.activation = parse_enum<ref::Activation>(required(j, "activation", "case"), "activation");
+  c.direction = parse_enum<ref::Direction>(required(j, "direction", "case"), "direction");
   const json& contract = required(j, "contract", "case");
   if (!contract.is_string()) throw ProtocolError("case.contract must be a string");
   c.contract = contract.get<std::string>();
@@ -263,59 +235,38 @@ ref::Case case_from_json(const json& j) {
   return c;
 }
 
-json capabilities_json(const Capabilities& caps) {
-  return {{"ops", names(caps.ops)},
-          {"dtypes", names(caps.dtypes)},
-          {"compute_dtypes", names(caps.compute_dtypes)},
-          {"directions", names(caps.directions)},
-          {"contracts", caps.contracts},
-          {"residual", caps.residual},
-          {"blocks", caps.blocks},
-          {"general_axes", caps.general_axes},
-          {"weight_offset", caps.weight_offset},
-          {"batch_dependent_order", caps.batch_dependent_order},
-          {"flush_subnormal_outputs", caps.flush_subnormal_outputs},
-          {"no_statistics", caps.no_statistics},
-          {"reduction", name_of(caps.reduction)},
-          {"device", caps.device}};
-}
-
 Capabilities capabilities_from_json(const json& j) {
   Capabilities caps;
   if (j.is_null()) return caps;
   if (!j.is_object()) throw ProtocolError("'capabilities' must be an object");
-  const auto dtype = [](const std::string& s) { return ref::parse_dtype(s); };
-  caps.ops = name_list(j, "ops", caps.ops, enum_parser(kOps));
-  caps.dtypes = name_list(j, "dtypes", caps.dtypes, dtype);
-  caps.compute_dtypes = name_list(j, "compute_dtypes", caps.compute_dtypes, dtype);
-  caps.directions = name_list(j, "directions", caps.directions, enum_parser(kDirections));
-  caps.contracts = name_list(j, "contracts", caps.contracts,
-                             [](const std::string& s) { return std::optional<std::string>(s); });
-  const auto flag = [&](const char* field, bool& out) {
-    auto it = j.find(field);
-    if (it == j.end()) return;
-    if (!it->is_boolean()) throw ProtocolError(fmt::format("capabilities.{} must be true or false", field));
-    out = it->get<bool>();
-  };
-  flag("residual", caps.residual);
-  flag("blocks", caps.blocks);
-  flag("general_axes", caps.general_axes);
-  flag("weight_offset", caps.weight_offset);
-  flag("batch_dependent_order", caps.batch_dependent_order);
-  flag("flush_subnormal_outputs", caps.flush_subnormal_outputs);
-  flag("no_statistics", caps.no_statistics);
-  if (auto it = j.find("reduction"); it != j.end()) {
-    if (!it->is_string()) throw ProtocolError("capabilities.reduction must be a string such as \"pairwise:128\"");
-    try {
-      caps.reduction = parse_reduction(it->get<std::string>());
-    } catch (const std::invalid_argument& e) {
-      throw ProtocolError(fmt::format("capabilities.reduction: {}", e.what()));
+  for_each_capability(caps, [&]<class T>(const CapabilityField& f, T& out) {
+    auto it = j.find(std::string(f.name));
+    if (it == j.end()) return;  // absent: the default
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!it->is_boolean()) throw ProtocolError(fmt::format("capabilities.{} must be true or false", f.name));
+      out = it->template get<bool>();
+    } else if constexpr (std::is_same_v<T, Reduction>) {
+      if (!it->is_string())
+        throw ProtocolError(fmt::format("capabilities.{} must be a string such as \"pairwise:128\"", f.name));
+      try {
+        out = parse_reduction(it->template get<std::string>());
+      } catch (const std::invalid_argument& e) {
+        throw ProtocolError(fmt::format("capabilities.{}: {}", f.name, e.what()));
+      }
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!it->is_string()) throw ProtocolError(fmt::format("capabilities.{} must be a string", f.name));
+      out = it->template get<std::string>();
+    } else {
+      using Item = typename T::value_type;
+      if (!it->is_array()) throw ProtocolError(fmt::format("capabilities.{} must be an array of strings", f.name));
+      T items;
+      for (const auto& v : *it) {
+        if (!v.is_string()) throw ProtocolError(fmt::format("capabilities.{} must be an array of strings", f.name));
+        if (auto x = capability_item<Item>(v.template get<std::string>())) items.push_back(*x);  // unknown: skipped
+      }
+      out = std::move(items);
     }
-  }
-  if (auto it = j.find("device"); it != j.end()) {
-    if (!it->is_string()) throw ProtocolError("capabilities.device must be a string");
-    caps.device = it->get<std::string>();
-  }
+  });
   return caps;
 }
 

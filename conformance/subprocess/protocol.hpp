@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/capabilities_json.hpp"
 #include "normcheck/reference/case.hpp"
 
 namespace normcheck::conf::proto {
@@ -56,10 +57,11 @@ nlohmann::json case_json(const ref::Case& c);
 // Its inverse (attributes only; the inputs come from the payload). Throws ProtocolError.
 ref::Case case_from_json(const nlohmann::json& j);
 
-nlohmann::json capabilities_json(const Capabilities& caps);
-// Missing fields keep Capabilities' defaults; unknown names in lists are skipped. Throws
+// The hello's capabilities are written from the one table (capabilities_json.hpp) and read
+// back over it here. Missing fields keep Capabilities' defaults; unknown names in lists are skipped. Throws
 // ProtocolError for a wrong JSON type.
 Capabilities capabilities_from_json(const nlohmann::json& j);
+using conf::capabilities_json;
 
 nlohmann::json output_specs_json(const std::map<std::string, OutputSpec>& specs);
 std::map<std::string, OutputSpec> output_specs_from_json(const nlohmann::json& header);

@@ -12,7 +12,8 @@
 #include <cmath>
 #include <rapidcheck.h>
 
-#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "property_support.hpp"
 
 namespace normcheck::prop {

@@ -12,7 +12,8 @@
 #include <rapidcheck.h>
 
 #include "normcheck/conformance/runner.hpp"
-#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "normcheck/judge/declared.hpp"
 #include "normcheck/properties/properties.hpp"
 #include "normcheck/reference/evaluate.hpp"

@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "normcheck/conformance/checker.hpp"
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/judge/checker.hpp"
 #include "normcheck/properties/properties.hpp"
 
 namespace normcheck::prop {

@@ -9,36 +9,6 @@
 
 namespace normcheck::ref {
 
-std::string_view name_of(Op v) { return v == Op::layernorm ? "layernorm" : "rmsnorm"; }
-std::string_view name_of(Affine v) {
-  switch (v) {
-    case Affine::none: return "none";
-    case Affine::weight: return "weight";
-    case Affine::weight_bias: return "weight_bias";
-  }
-  return "?";
-}
-std::string_view name_of(Residual v) {
-  switch (v) {
-    case Residual::none: return "none";
-    case Residual::add: return "add";
-    case Residual::add_bias: return "add_bias";
-  }
-  return "?";
-}
-std::string_view name_of(Block v) {
-  switch (v) {
-    case Block::none: return "none";
-    case Block::post: return "post";
-    case Block::pre: return "pre";
-    case Block::sandwich: return "sandwich";
-    case Block::deepnorm: return "deepnorm";
-  }
-  return "?";
-}
-std::string_view name_of(Direction v) { return v == Direction::forward ? "forward" : "backward"; }
-std::string_view name_of(Activation v) { return v == Activation::gelu ? "gelu" : "relu"; }
-
 std::int64_t Tensor::numel() const {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;

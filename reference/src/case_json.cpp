@@ -16,22 +16,18 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-template <typename Enum, size_t N>
-Enum parse_enum(const json& j, const char* field, const std::array<Enum, N>& values) {
+template <typename Enum>
+Enum parse_enum(const json& j, const char* field) {
   if (!j.is_string()) throw CaseError(field, "must be a string");
   const auto s = j.get<std::string>();
-  std::string allowed;
-  for (auto v : values) {
-    if (name_of(v) == s) return v;
-    allowed += (allowed.empty() ? "" : ", ") + std::string(name_of(v));
-  }
-  throw CaseError(field, "'" + s + "' is not one of: " + allowed);
+  if (auto v = enum_parse<Enum>(s)) return *v;
+  throw CaseError(field, "'" + s + "' is not one of: " + enum_names_text<Enum>());
 }
 
 DType parse_dtype_field(const json& j, const char* field) {
   if (!j.is_string()) throw CaseError(field, "must be a string");
   auto t = parse_dtype(j.get<std::string>());
-  if (!t) throw CaseError(field, "'" + j.get<std::string>() + "' is not one of: float64, float32, float16, bfloat16");
+  if (!t) throw CaseError(field, "'" + j.get<std::string>() + "' is not one of: " + enum_names_text<DType>());
   return *t;
 }
 
@@ -102,21 +98,21 @@ QuantContract quant_from_json(const json& j) {
     }
     q = *p;
   }
-  const auto field = [&](const char* name, auto parse, auto& dst, const char* allowed) {
+  const auto field = [&]<class E>(const char* name, E& dst) {
     if (!j.contains(name)) return;
     const std::string f = std::string("quant/") + name;
     if (!j[name].is_string()) throw CaseError(f, "must be a string");
-    auto v = parse(j[name].get<std::string>());
-    if (!v) throw CaseError(f, "'" + j[name].get<std::string>() + "' is not one of: " + allowed);
+    auto v = enum_parse<E>(j[name].get<std::string>());
+    if (!v) throw CaseError(f, "'" + j[name].get<std::string>() + "' is not one of: " + enum_names_text<E>());
     dst = *v;
   };
-  field("format", parse_qformat, q.format, "float8_e4m3fn, float8_e5m2, int8, mxfp8_e4m3, mxfp8_e5m2, nvfp4_e2m1");
-  field("scale", parse_scale_kind, q.scale, "static_tensor, dynamic_token, mx_block, nvfp4_block");
-  field("residual_sum", parse_residual_sum, q.residual_sum, "rounded, unrounded");
-  field("value", parse_quant_value, q.value, "activation, float32");
-  field("apply", parse_scale_apply, q.apply, "reciprocal, divide, multiply");
-  field("mx_rule", parse_mx_rule, q.mx_rule, "floor, round_up");
-  field("nan", parse_nan_policy, q.nan, "nan_code, unspecified");
+  field("format", q.format);
+  field("scale", q.scale);
+  field("residual_sum", q.residual_sum);
+  field("value", q.value);
+  field("apply", q.apply);
+  field("mx_rule", q.mx_rule);
+  field("nan", q.nan);
   if (j.contains("scale_ub")) q.scale_ub = parse_element(j["scale_ub"], DType::float64, "quant/scale_ub");
   if (j.contains("min_scale")) q.min_scale = parse_element(j["min_scale"], DType::float64, "quant/min_scale");
   else if (!j.contains("preset") && q.scale == ScaleKind::dynamic_token) q.min_scale = default_min_scale(q.format);
@@ -164,7 +160,7 @@ Case case_from_json(const json& j) {
     if (std::find(known.begin(), known.end(), k) == known.end()) throw CaseError(k, "unknown field");
   Case c;
   if (!j.contains("op")) throw CaseError("op", "missing");
-  c.op = parse_enum(j["op"], "op", std::array{Op::layernorm, Op::rmsnorm});
+  c.op = parse_enum<Op>(j["op"], "op");
   if (j.contains("axis")) c.axis = parse_int(j["axis"], "axis");
   if (j.contains("axes")) {
     if (!j["axes"].is_array()) throw CaseError("axes", "must be an array of integers");
@@ -173,20 +169,19 @@ Case case_from_json(const json& j) {
   }
   if (j.contains("epsilon")) c.epsilon = parse_scalar(j["epsilon"], "epsilon");
   c.affine = j.contains("affine")
-                 ? parse_enum(j["affine"], "affine", std::array{Affine::none, Affine::weight, Affine::weight_bias})
+                 ? parse_enum<Affine>(j["affine"], "affine")
                  : Affine::none;
   if (j.contains("weight_offset")) c.weight_offset = parse_scalar(j["weight_offset"], "weight_offset");
   if (j.contains("residual"))
-    c.residual = parse_enum(j["residual"], "residual", std::array{Residual::none, Residual::add, Residual::add_bias});
+    c.residual = parse_enum<Residual>(j["residual"], "residual");
   if (j.contains("alpha")) c.alpha = parse_scalar(j["alpha"], "alpha");
   if (j.contains("block"))
-    c.block = parse_enum(j["block"], "block",
-                         std::array{Block::none, Block::post, Block::pre, Block::sandwich, Block::deepnorm});
+    c.block = parse_enum<Block>(j["block"], "block");
   if (j.contains("layers")) c.layers = parse_int(j["layers"], "layers");
   if (j.contains("activation"))
-    c.activation = parse_enum(j["activation"], "activation", std::array{Activation::gelu, Activation::relu});
+    c.activation = parse_enum<Activation>(j["activation"], "activation");
   if (j.contains("direction"))
-    c.direction = parse_enum(j["direction"], "direction", std::array{Direction::forward, Direction::backward});
+    c.direction = parse_enum<Direction>(j["direction"], "direction");
   if (j.contains("contract")) {
     if (!j["contract"].is_string()) throw CaseError("contract", "must be a string");
     c.contract = j["contract"].get<std::string>();

@@ -11,21 +11,12 @@
 
 namespace normcheck::ref {
 
-std::string_view name_of(DType t) {
-  switch (t) {
-    case DType::float64: return "float64";
-    case DType::float32: return "float32";
-    case DType::float16: return "float16";
-    case DType::bfloat16: return "bfloat16";
-  }
-  return "?";
-}
-
 std::optional<DType> parse_dtype(std::string_view n) {
-  if (n == "float64" || n == "f64" || n == "double") return DType::float64;
-  if (n == "float32" || n == "f32" || n == "float") return DType::float32;
-  if (n == "float16" || n == "f16" || n == "half") return DType::float16;
-  if (n == "bfloat16" || n == "bf16") return DType::bfloat16;
+  if (auto t = enum_parse<DType>(n)) return t;
+  if (n == "f64" || n == "double") return DType::float64;
+  if (n == "f32" || n == "float") return DType::float32;
+  if (n == "f16" || n == "half") return DType::float16;
+  if (n == "bf16") return DType::bfloat16;
   return std::nullopt;
 }
 

@@ -21,13 +21,6 @@ double div32(double a, double b) {
   return detail::round_rational(detail::exact(a) / detail::exact(b), DType::float32);
 }
 
-template <typename E, std::size_t N>
-std::optional<E> parse_by_name(std::string_view s, const std::array<E, N>& all) {
-  for (E e : all)
-    if (name_of(e) == s) return e;
-  return std::nullopt;
-}
-
 // Sign-magnitude minifloats: the non-negative finite values by code (code = index), ascending.
 struct Mini {
   int exp_bits, man_bits, bias;
@@ -66,38 +59,6 @@ const std::vector<double>& positive_values(Elem e) {
 
 }  // namespace
 
-std::string_view name_of(QFormat f) {
-  switch (f) {
-    case QFormat::float8_e4m3fn: return "float8_e4m3fn";
-    case QFormat::float8_e5m2: return "float8_e5m2";
-    case QFormat::int8: return "int8";
-    case QFormat::mxfp8_e4m3: return "mxfp8_e4m3";
-    case QFormat::mxfp8_e5m2: return "mxfp8_e5m2";
-    case QFormat::nvfp4_e2m1: return "nvfp4_e2m1";
-  }
-  return "?";
-}
-std::string_view name_of(ScaleKind k) {
-  switch (k) {
-    case ScaleKind::static_tensor: return "static_tensor";
-    case ScaleKind::dynamic_token: return "dynamic_token";
-    case ScaleKind::mx_block: return "mx_block";
-    case ScaleKind::nvfp4_block: return "nvfp4_block";
-  }
-  return "?";
-}
-std::string_view name_of(ResidualSum r) { return r == ResidualSum::rounded ? "rounded" : "unrounded"; }
-std::string_view name_of(QuantValue v) { return v == QuantValue::activation ? "activation" : "float32"; }
-std::string_view name_of(ScaleApply a) {
-  switch (a) {
-    case ScaleApply::reciprocal: return "reciprocal";
-    case ScaleApply::divide: return "divide";
-    case ScaleApply::multiply: return "multiply";
-  }
-  return "?";
-}
-std::string_view name_of(MxRule r) { return r == MxRule::floor ? "floor" : "round_up"; }
-std::string_view name_of(NanPolicy p) { return p == NanPolicy::nan_code ? "nan_code" : "unspecified"; }
 std::string_view name_of(Elem e) {
   switch (e) {
     case Elem::e4m3fn: return "e4m3fn";
@@ -109,29 +70,6 @@ std::string_view name_of(Elem e) {
   return "?";
 }
 
-std::optional<QFormat> parse_qformat(std::string_view s) {
-  return parse_by_name(s, std::array{QFormat::float8_e4m3fn, QFormat::float8_e5m2, QFormat::int8, QFormat::mxfp8_e4m3,
-                                     QFormat::mxfp8_e5m2, QFormat::nvfp4_e2m1});
-}
-std::optional<ScaleKind> parse_scale_kind(std::string_view s) {
-  return parse_by_name(s, std::array{ScaleKind::static_tensor, ScaleKind::dynamic_token, ScaleKind::mx_block,
-                                     ScaleKind::nvfp4_block});
-}
-std::optional<ResidualSum> parse_residual_sum(std::string_view s) {
-  return parse_by_name(s, std::array{ResidualSum::rounded, ResidualSum::unrounded});
-}
-std::optional<QuantValue> parse_quant_value(std::string_view s) {
-  return parse_by_name(s, std::array{QuantValue::activation, QuantValue::float32});
-}
-std::optional<ScaleApply> parse_scale_apply(std::string_view s) {
-  return parse_by_name(s, std::array{ScaleApply::reciprocal, ScaleApply::divide, ScaleApply::multiply});
-}
-std::optional<MxRule> parse_mx_rule(std::string_view s) {
-  return parse_by_name(s, std::array{MxRule::floor, MxRule::round_up});
-}
-std::optional<NanPolicy> parse_nan_policy(std::string_view s) {
-  return parse_by_name(s, std::array{NanPolicy::nan_code, NanPolicy::unspecified});
-}
 
 const std::vector<std::pair<std::string, QuantContract>>& quant_presets() {
   static const auto table = [] {

@@ -102,5 +102,48 @@ TEST(Validation, DecimalInputsAreRoundedToTheDtype) {
   EXPECT_EQ(c.inputs.at("x").data[0], 0x1.998p-4);  // float16 nearest to 0.1
 }
 
+// The enum tables (enum_table.hpp): each lists its values in declaration order (the enums are
+// contiguous from 0, so a value inserted without its row shifts the rest), with distinct names
+// that name_of gives and enum_parse reads back; a name outside the table is refused by the case
+// JSON codec with the table's names listed.
+template <class E>
+void expect_whole_table() {
+  const auto& rows = EnumTable<E>::rows;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(static_cast<std::size_t>(rows[i].value), i) << rows[i].name;
+    EXPECT_EQ(name_of(rows[i].value), rows[i].name);
+    EXPECT_EQ(enum_parse<E>(rows[i].name), rows[i].value);
+    for (std::size_t k = 0; k < i; ++k) EXPECT_NE(rows[k].name, rows[i].name);
+  }
+  EXPECT_EQ(values_of<E>().size(), rows.size());
+  EXPECT_FALSE(enum_parse<E>("").has_value());
+}
+
+TEST(EnumTables, EveryTableIsWholeAndRoundTrips) {
+  expect_whole_table<Op>();
+  expect_whole_table<Affine>();
+  expect_whole_table<Residual>();
+  expect_whole_table<Block>();
+  expect_whole_table<Direction>();
+  expect_whole_table<Activation>();
+  expect_whole_table<DType>();
+  expect_whole_table<QFormat>();
+  expect_whole_table<ScaleKind>();
+  expect_whole_table<ResidualSum>();
+  expect_whole_table<QuantValue>();
+  expect_whole_table<ScaleApply>();
+  expect_whole_table<MxRule>();
+  expect_whole_table<NanPolicy>();
+  EXPECT_EQ(enum_names_text<Block>(), "none, post, pre, sandwich, deepnorm");
+  json j = {{"op", "groupnorm"}, {"inputs", {{"x", {{"shape", {1, 2}}, {"values", {1, 2}}}}}}};
+  try {
+    case_from_json(j);
+    ADD_FAILURE() << "an op outside the table was accepted";
+  } catch (const CaseError& e) {
+    EXPECT_EQ(e.field(), "op");
+    EXPECT_NE(std::string(e.what()).find("'groupnorm' is not one of: layernorm, rmsnorm"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace normcheck::ref

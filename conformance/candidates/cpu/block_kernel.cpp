@@ -52,10 +52,10 @@ class BlockKernel {
     }
     if (c.affine == ref::Affine::weight_bias) load(bias_, input(c, "bias", np));
     if (c.direction == ref::Direction::backward) dy_ = input(c, "dy", x.numel());
-    centre_ = c.op == ref::Op::layernorm || f == Fault::rms_centred;
+    centre_ = c.op == ref::Op::layernorm || f == fault("rms_centred");
     eps_ = A::konst(kernel_epsilon(c.epsilon, f));
     alpha_ = A::konst(c.alpha);
-    double_norm_ = f == Fault::post_ln_double_norm && c.block == ref::Block::post;
+    double_norm_ = f == fault("post_ln_double_norm") && c.block == ref::Block::post;
   }
 
   Outputs run() {
@@ -140,7 +140,7 @@ class BlockKernel {
   void norm_forward(std::int64_t l, std::int64_t k, const std::vector<T>& in, NormState& st,
                     std::vector<T>& out) {
     const RowStats<A> s = row_stats<A>(in.data(), D_, centre_, red_, f_, eps_);
-    st.rstd = f_ == Fault::rstd_bf16 ? round_as(s.rstd, ref::DType::bfloat16) : s.rstd;
+    st.rstd = f_ == fault("rstd_bf16") ? round_as(s.rstd, ref::DType::bfloat16) : s.rstd;
     const bool affine = l >= 0;
     for (std::int64_t i = 0; i < D_; ++i) {
       T v = O::mul(centre_ ? O::sub(in[i], s.mean) : in[i], st.rstd);
@@ -220,9 +220,9 @@ class BlockKernel {
       }
   }
 
-  bool alpha_on_f() const { return f_ == Fault::deepnorm_alpha_on_f && c_.block == ref::Block::deepnorm; }
+  bool alpha_on_f() const { return f_ == fault("deepnorm_alpha_on_f") && c_.block == ref::Block::deepnorm; }
   bool pre_after_norm() const {
-    return f_ == Fault::pre_ln_residual_after_norm && c_.block == ref::Block::pre;
+    return f_ == fault("pre_ln_residual_after_norm") && c_.block == ref::Block::pre;
   }
 
   void layer_forward(std::int64_t l, const std::vector<T>& u, LayerState& st, std::vector<T>& out) {

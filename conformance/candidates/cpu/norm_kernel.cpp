@@ -73,12 +73,12 @@ class NormKernel {
     if (c.residual == ref::Residual::add_bias) rb_ = input(c, "residual_bias", g_.cols);
     if (c.direction == ref::Direction::backward) dy_ = input(c, "dy", numel);
     ln_ = c.op == ref::Op::layernorm;
-    centre_ = ln_ || f == Fault::rms_centred;
+    centre_ = ln_ || f == fault("rms_centred");
     eps_ = A::konst(kernel_epsilon(c.epsilon, f));
     alpha_ = A::konst(c.alpha);
     plain_h_ = !res_ && c.alpha == 1.0 && !pts_.h;
-    if (f == Fault::weight_before_downcast) pts_.xhat.reset();
-    if (f == Fault::h_kept_unrounded) pts_.h.reset();
+    if (f == fault("weight_before_downcast")) pts_.xhat.reset();
+    if (f == fault("h_kept_unrounded")) pts_.h.reset();
     setup_geometry();
     setup_params();
   }
@@ -92,15 +92,15 @@ class NormKernel {
   void setup_geometry() {
     sg_ = g_;
     const auto rank = static_cast<std::int64_t>(g_.shape.size());
-    if (f_ == Fault::wrong_axis && rank > 2) {
+    if (f_ == fault("wrong_axis") && rank > 2) {
       std::vector<std::int64_t> dims;
       for (std::int64_t d = 1; d < rank; ++d) dims.push_back(d);
       sg_ = geometry_over(c_, dims);
-    } else if (f_ == Fault::last_dim_only) {
+    } else if (f_ == fault("last_dim_only")) {
       sg_ = geometry_over(c_, {rank - 1});
     }
     const bool other_dims = sg_.norm_dims != g_.norm_dims;
-    remap_ = other_dims || f_ == Fault::weight_not_broadcast;
+    remap_ = other_dims || f_ == fault("weight_not_broadcast");
     if (!remap_) return;
     const std::int64_t numel = x_->numel();
     pmap_.resize(numel);
@@ -108,7 +108,7 @@ class NormKernel {
       for (std::int64_t col = 0; col < g_.cols; ++col) {
         const std::int64_t o = g_.row_base[r] + g_.col_delta[col];
         // keras #19643: gamma laid along x's memory order, as if the normalized dims trailed.
-        pmap_[o] = static_cast<std::int32_t>(f_ == Fault::weight_not_broadcast ? o % g_.cols : col);
+        pmap_[o] = static_cast<std::int32_t>(f_ == fault("weight_not_broadcast") ? o % g_.cols : col);
       }
     if (!other_dims) return;
     srow_.resize(numel);
@@ -129,7 +129,7 @@ class NormKernel {
         scale_bwd_[j] = s;  // backward honours no scale rounding point (reference/README.md)
         if (pts_.scale) s = round_as(s, *pts_.scale);
         // transformers #29402: (1 + w) rounded to the weight dtype where fp32 was asked for.
-        if (f_ == Fault::offset_in_param_dtype && c_.weight_offset != 0) s = round_as(s, c_.dtype_param);
+        if (f_ == fault("offset_in_param_dtype") && c_.weight_offset != 0) s = round_as(s, c_.dtype_param);
         scale_[j] = s;
       }
     }
@@ -167,9 +167,9 @@ class NormKernel {
         const T before_bias = h;
         if (rb_) h = O::add(h, rbias_[pidx_[j]]);
         // vllm #52104: the fused kernel stores x + residual in the activation dtype first.
-        if (f_ == Fault::fused_add_rounds_h && res_) h = round_as(h, c_.dtype_x);
+        if (f_ == fault("fused_add_rounds_h") && res_) h = round_as(h, c_.dtype_x);
         if (pts_.h) h = round_as(h, *pts_.h);
-        if (res_) hout_[j] = f_ == Fault::residual_out_missing_bias ? before_bias : h;  // onnxruntime #14156
+        if (res_) hout_[j] = f_ == fault("residual_out_missing_bias") ? before_bias : h;  // onnxruntime #14156
       }
       h_[j] = h;
     }
@@ -180,7 +180,7 @@ class NormKernel {
   }
 
   // Rows the launch never reached (apex #411: a grid of at most 65535 rows).
-  bool skipped(std::int64_t r) const { return f_ == Fault::rows_beyond_grid_limit && r >= kGridRowLimit; }
+  bool skipped(std::int64_t r) const { return f_ == fault("rows_beyond_grid_limit") && r >= kGridRowLimit; }
 
   // ---- forward ---------------------------------------------------------------------------
   Outputs forward() {
@@ -192,7 +192,7 @@ class NormKernel {
     std::vector<T> smean(srow_.empty() ? 0 : sg_.rows), srstd(srow_.empty() ? 0 : sg_.rows);
     // nano-vllm #170: in fp32, x.float() is x itself, so normalizing it in place overwrites the
     // residual stream that aliases it: residual_out holds x-hat.
-    const bool overwrite = f_ == Fault::residual_out_overwritten && c_.dtype_x == DType::float32 &&
+    const bool overwrite = f_ == fault("residual_out_overwritten") && c_.dtype_x == DType::float32 &&
                            c_.dtype_residual == DType::float32;
     for (std::int64_t r = 0; r < sg_.rows; ++r) {
       if (skipped(r)) continue;
@@ -200,7 +200,7 @@ class NormKernel {
       load_h();
       const RowStats<A> st = stats();
       T rs = st.rstd;
-      if (f_ == Fault::rstd_bf16) rs = round_as(rs, DType::bfloat16);  // amd/IRON #139
+      if (f_ == fault("rstd_bf16")) rs = round_as(rs, DType::bfloat16);  // amd/IRON #139
       for (std::size_t j = 0; j < off_.size(); ++j) {
         const std::int64_t p = pidx_[j];
         T v = O::mul(centre_ ? O::sub(h_[j], st.mean) : h_[j], rs);
@@ -245,7 +245,7 @@ class NormKernel {
     ref::Tensor dres = res_ ? make_tensor(c_.dtype_residual, g_.shape) : ref::Tensor{};
     ColumnSums<A> dw(red_, g_.cols), db(red_, g_.cols), drb(red_, g_.cols);
     // Liger-Kernel #950: partial dW/dB over a block of 16 rows reduced in bfloat16.
-    const bool bf16_partials = f_ == Fault::dweight_bf16_reduction;
+    const bool bf16_partials = f_ == fault("dweight_bf16_reduction");
     constexpr std::int64_t kBlockRows = 16;
     std::vector<T> pw(bf16_partials ? g_.cols : 0, T(0)), pb(bf16_partials ? g_.cols : 0, T(0));
     auto add_partial = [&](std::vector<T>& acc, std::int64_t p, T v) {
@@ -288,7 +288,7 @@ class NormKernel {
         if (res_) dres.data[off_[j]] = to_output(dh, c_.dtype_residual);
         if (rb_) drb.add(p, dh);
         T xw = xh[j];
-        if (f_ == Fault::dgamma_wrong_index && w_) {
+        if (f_ == fault("dgamma_wrong_index") && w_) {
           // DeepSpeed #692 (invertible LayerNormBackward1): x-hat rebuilt from the output as
           // (y - beta[pos]) / gamma[pos] with pos = tile + threadIdx.y, the row's lane in a
           // 32 x 32 tile, where the column (tile + threadIdx.x) was meant.
@@ -324,7 +324,7 @@ class NormKernel {
         // pytorch #183861: a block 64 lanes wide on 32-lane warps drops the second warp's
         // partial sums: columns 32..63 of every 64 are never written.
         const bool dropped =
-            f_ == Fault::dweight_warp_width && p % 64 >= 32 && std::string_view(name) != "dresidual_bias";
+            f_ == fault("dweight_warp_width") && p % 64 >= 32 && std::string_view(name) != "dresidual_bias";
         t.data[p] = dropped ? 0.0 : to_output(v[p], c_.dtype_param);
       }
       out[name] = std::move(t);

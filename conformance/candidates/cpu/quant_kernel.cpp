@@ -66,9 +66,9 @@ struct Quantizer {
   Mini mini() const {
     Mini m = ref::element_of(q.format) == ref::Elem::e5m2 ? kE5M2 : q.format == QFormat::nvfp4_e2m1 ? kE2M1 : kE4M3;
     // E5M2 clamped at +-448 before the cast (FlashInfer #2612, #4056).
-    if (f == Fault::e5m2_clamped_448 && m.max == 57344) m.max = 448;
+    if (f == fault("e5m2_clamped_448") && m.max == 57344) m.max = 448;
     // E4M3FNUZ's largest value (240) taken for E4M3FN.
-    if (f == Fault::e4m3fnuz_max && m.max == 448) m.max = 240;
+    if (f == fault("e4m3fnuz_max") && m.max == 448) m.max = 240;
     return m;
   }
   double qmax() const {
@@ -79,7 +79,7 @@ struct Quantizer {
     if (q.format == QFormat::int8) return to_int8(u);
     const Mini m = mini();
     // vLLM's clamp with fminf/fmaxf before the cast: fminf(NaN, 448) = 448 (quant_utils.cuh).
-    if (f == Fault::nan_encoded_as_max && std::isnan(u)) return to_mini(m.max, m);
+    if (f == fault("nan_encoded_as_max") && std::isnan(u)) return to_mini(m.max, m);
     return to_mini(u, m);
   }
   float apply(float p, float s) const {
@@ -93,12 +93,12 @@ struct Quantizer {
   float dynamic_scale(float amax) const {
     const float s = std::fmin(amax, static_cast<float>(q.scale_ub)) / static_cast<float>(qmax());
     // The min-scale clamp dropped: an all-zero row gets scale 0 and 0/0 = NaN codes.
-    if (f == Fault::min_scale_missing) return s;
+    if (f == fault("min_scale_missing")) return s;
     return std::fmax(s, static_cast<float>(q.min_scale));
   }
   // The E8M0 code of a block's amax (NaN-free; NaN and Inf blocks are handled by the caller).
   int mx_code(float amax) const {
-    const ref::MxRule rule = f == Fault::mx_rule_swapped
+    const ref::MxRule rule = f == fault("mx_rule_swapped")
                                  ? (q.mx_rule == ref::MxRule::floor ? ref::MxRule::round_up : ref::MxRule::floor)
                                  : q.mx_rule;
     if (rule == ref::MxRule::floor) {  // OCP: floor(log2 amax) - emax_elem; amax 0 as FP32_MIN_NORMAL
@@ -133,9 +133,9 @@ Outputs run_quant(const ref::Case& c, Reduction r, Fault f) {
   ref::Case n = ref::quant_norm_case(c);
   // The rounding to the activation dtype elided: the float32 value quantized (vLLM #37838,
   // TensorRT-LLM #14464).
-  if (f == Fault::activation_rounding_elided) n.dtype_out = DType::float32;
+  if (f == fault("activation_rounding_elided")) n.dtype_out = DType::float32;
   // A fault of the norm (classes A-G) is the norm kernel's; those of class H are applied here.
-  const Fault norm_fault = is_quant_fault(f) ? Fault::none : f;
+  const Fault norm_fault = is_quant_fault(f) ? Fault{} : f;
   Outputs norm = run_kernel(n, r, norm_fault);
   const ref::Geometry g = ref::geometry_of(c);
   const std::int64_t total = g.rows * g.cols;

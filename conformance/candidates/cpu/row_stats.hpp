@@ -11,12 +11,10 @@ namespace normcheck::conf::cpu::detail {
 
 // The eps a kernel uses: the case's, or the faulty one.
 inline double kernel_epsilon(double eps, Fault f) {
-  switch (f) {
-    case Fault::eps_hardcoded: return 1e-6;  // llama.cpp #2373: 1e-6 for a model trained with 1e-5
-    case Fault::eps_dropped: return 0.0;     // a fusion pass dropped the eps input
-    case Fault::eps_fp16: return ref::round_to(eps, ref::DType::float16);  // 1e-12 -> 0
-    default: return eps;
-  }
+  if (f == fault("eps_hardcoded")) return 1e-6;  // llama.cpp #2373: 1e-6 for a model trained with 1e-5
+  if (f == fault("eps_dropped")) return 0.0;     // a fusion pass dropped the eps input
+  if (f == fault("eps_fp16")) return ref::round_to(eps, ref::DType::float16);  // 1e-12 -> 0
+  return eps;
 }
 
 template <class A>
@@ -36,7 +34,7 @@ RowStats<A> row_stats(const typename A::T* h, std::int64_t n, bool centre, Reduc
   auto sq = [&](std::int64_t i) { return O::mul(h[i], h[i]); };
   T var = 0;  // the biased variance (RMSNorm: the mean square)
   T ss = 0;   // the sum it divides by N (eps_in_denominator needs it)
-  if (f == Fault::welford_merge) {
+  if (f == fault("welford_merge")) {
     // Two halves reduced by Welford, merged as if they held N/2 elements each: the weights
     // nb/N and na*nb/N become 1/2 and N/4, wrong when N is odd (the halves then differ).
     const std::int64_t half = n / 2;
@@ -63,7 +61,7 @@ RowStats<A> row_stats(const typename A::T* h, std::int64_t n, bool centre, Reduc
       ss = O::mul(var, count);
     }
   } else {
-    if (f == Fault::fp16_accumulation) {
+    if (f == fault("fp16_accumulation")) {
       // Accumulator stored in float16 between additions (pytorch #133085): each partial sum
       // rounds to binary16, x^2 > 65504 overflows.
       auto acc16 = [&](std::int64_t len, auto term) {
@@ -81,11 +79,11 @@ RowStats<A> row_stats(const typename A::T* h, std::int64_t n, bool centre, Reduc
       var = O::div(ss, count);
     } else {
       if (centre) s.mean = O::div(sum_of<A>(red, n, [&](std::int64_t i) { return h[i]; }), count);
-      if (centre && f == Fault::one_pass_variance) {
+      if (centre && f == fault("one_pass_variance")) {
         // E[h^2] - E[h]^2: cancels catastrophically when |mean| >> sigma (pytorch #51102).
         ss = sum_of<A>(red, n, sq);
         var = O::sub(O::div(ss, count), O::mul(s.mean, s.mean));
-      } else if (centre && f == Fault::padding_lanes) {
+      } else if (centre && f == fault("padding_lanes")) {
         // The second pass runs over the block of the next power of two lanes; masked-off lanes
         // load 0 and contribute (0 - mean)^2 (triton #9838, Liger-Kernel #518).
         const std::int64_t lanes = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(n)));
@@ -102,16 +100,14 @@ RowStats<A> row_stats(const typename A::T* h, std::int64_t n, bool centre, Reduc
                                 })
                     : sum_of<A>(red, n, sq);
         // unbiased_variance: Bessel's N - 1 (lbann #2024); N = 1 gives 0/0.
-        var = O::div(ss, centre && f == Fault::unbiased_variance ? O::count(n - 1) : count);
+        var = O::div(ss, centre && f == fault("unbiased_variance") ? O::count(n - 1) : count);
       }
     }
   }
   const T one(1);
-  switch (f) {
-    case Fault::eps_outside_sqrt: s.rstd = O::div(one, O::add(O::sqrt(var), eps)); break;
-    case Fault::eps_in_denominator: s.rstd = O::div(one, O::sqrt(O::div(ss, O::add(count, eps)))); break;
-    default: s.rstd = O::div(one, O::sqrt(O::add(var, eps))); break;
-  }
+  if (f == fault("eps_outside_sqrt")) s.rstd = O::div(one, O::add(O::sqrt(var), eps));
+  else if (f == fault("eps_in_denominator")) s.rstd = O::div(one, O::sqrt(O::div(ss, O::add(count, eps))));
+  else s.rstd = O::div(one, O::sqrt(O::add(var, eps)));
   return s;
 }
 

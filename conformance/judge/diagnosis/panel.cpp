@@ -265,7 +265,8 @@ std::vector<Variant> contract_point_skipped_variants(const Ctx& x) {
     std::optional<DType>* slot[] = {&k.pts.h, &k.pts.xhat, &k.pts.scale, &k.pts.mul};
     if (!*slot[p]) continue;
     *slot[p] = std::nullopt;
-    out.push_back(Variant{k, {{"point", static_cast<double>(p)}}});
+    static constexpr const char* kPoint[] = {"h", "xhat", "scale", "mul"};
+    out.push_back(Variant{k, {}, fmt::format("the contract's {} rounding skipped", kPoint[p])});
   }
   return out;
 }
@@ -283,7 +284,7 @@ std::vector<Variant> other_contract_variants(const Ctx& x) {
     cc.dtype_residual = x.c.dtype_residual;
     K k = x.spec;
     k.pts = ref::resolve_points(cc);
-    out.push_back(Variant{k, {{"contract", static_cast<double>(ci)}}});
+    out.push_back(Variant{k, {}, fmt::format("contract '{}' instead of '{}'", cc.contract, x.c.contract)});
   }
   return out;
 }
@@ -515,10 +516,4 @@ const std::vector<Dialect>& panel() {
   return table;
 }
 
-std::string contract_name(std::size_t i) { return ref::builtin_contracts()[i].name; }
-
-std::string point_name(int p) {
-  static const char* n[] = {"h", "xhat", "scale", "mul"};
-  return n[p];
-}
 }  // namespace normcheck::conf::diag

@@ -26,10 +26,13 @@ struct Ctx {
   const std::vector<std::int64_t>& rows;  // the rows a fit looks at (all, or the sample)
 };
 
-// A dialect may come in variants (fitted parameter values): each gives knobs and parameters.
+// A dialect may come in variants (fitted or enumerated parameter values): each gives knobs, the
+// parameters a diagnosis reports, and, where a variant is best named by what it changes ("the
+// contract's xhat rounding skipped"), its own title in place of the dialect's.
 struct Variant {
   Knobs k;
   std::map<std::string, double> parameters;
+  std::string title = {};  // empty: the dialect's title
 };
 
 struct Dialect {
@@ -39,10 +42,5 @@ struct Dialect {
 
 // The dialects in panel order (the order names merged dialects: the earliest names the group).
 const std::vector<Dialect>& panel();
-
-// Names of the variants of contract_point_skipped and other_contract (their "point" and
-// "contract" parameters).
-std::string contract_name(std::size_t i);
-std::string point_name(int p);
 
 }  // namespace normcheck::conf::diag

@@ -176,18 +176,7 @@ class Ranking {
     r.fault_class = d.info.fault_class;
     r.title = d.info.title;
     r.parameters = var.parameters;
-    // Variants named by what they change.
-    if (r.dialect == "contract_point_skipped") {
-      const int pt = static_cast<int>(var.parameters.at("point"));
-      r.title = fmt::format("the contract's {} rounding skipped", point_name(pt));
-      r.parameters.clear();
-    } else if (r.dialect == "other_contract") {
-      const auto ci = static_cast<std::size_t>(var.parameters.at("contract"));
-      r.title = fmt::format("contract '{}' instead of '{}'", contract_name(ci), c_.contract);
-      r.parameters.clear();
-    } else if (r.dialect == "rstd_rounded_bf16" || r.dialect == "rstd_rounded_fp16") {
-      r.parameters.clear();
-    }
+    if (!var.title.empty()) r.title = var.title;  // a variant named by what it changes
     return r;
   }
 

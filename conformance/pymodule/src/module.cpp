@@ -172,12 +172,12 @@ CasePtr make_case(const std::map<std::string, std::pair<py::array, std::string>>
   fc.category = "python";
   fc.description = "made by normcheck.reference()";
   ref::Case& c = fc.c;
-  if (a.op == "layernorm") c.op = ref::Op::layernorm;
-  else if (a.op == "rmsnorm") c.op = ref::Op::rmsnorm;
-  else throw ArgError("op: '" + a.op + "' (layernorm or rmsnorm)");
-  if (a.direction == "forward") c.direction = ref::Direction::forward;
-  else if (a.direction == "backward") c.direction = ref::Direction::backward;
-  else throw ArgError("direction: '" + a.direction + "' (forward or backward)");
+  const auto op = ref::enum_parse<ref::Op>(a.op);
+  if (!op) throw ArgError("op: '" + a.op + "' (layernorm or rmsnorm)");
+  c.op = *op;
+  const auto direction = ref::enum_parse<ref::Direction>(a.direction);
+  if (!direction) throw ArgError("direction: '" + a.direction + "' (forward or backward)");
+  c.direction = *direction;
   for (const auto& [name, arr] : inputs) c.inputs.emplace(name, tensor_of(arr.first, arr.second, name));
   auto has = [&](const char* n) { return c.inputs.count(n) != 0; };
   if (!has("x")) throw ArgError("x: missing");

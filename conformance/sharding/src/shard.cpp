@@ -2,7 +2,8 @@
 // (README.md in this folder derives the term and lists the dialects).
 #include "normcheck/sharding/shard.hpp"
 
-#include "normcheck/conformance/diagnosis.hpp"
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/judge/diagnosis.hpp"
 
 #include <fmt/format.h>
 

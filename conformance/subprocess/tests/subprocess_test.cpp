@@ -301,6 +301,54 @@ TEST(Codec, ReductionCapability) {
   EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"reduction", 3}}), proto::ProtocolError);
 }
 
+// The one capabilities table (capabilities.hpp): every field it lists is written and read back
+// under its name, a capabilities object has exactly the table's keys, and changing any field
+// from its default changes what a reader gets (a field the writer or the reader skipped would
+// come back as the default). The one-line text of `normcheck candidates` comes from the table too.
+TEST(Codec, EveryCapabilityOfTheTableRoundTrips) {
+  Capabilities other;
+  other.ops = {ref::Op::rmsnorm};
+  other.dtypes = {DType::bfloat16, DType::float64};
+  other.compute_dtypes = {DType::float64};
+  other.directions = {ref::Direction::backward};
+  other.contracts = {"llama", "te"};
+  other.residual = false;
+  other.blocks = true;
+  other.general_axes = false;
+  other.weight_offset = false;
+  other.batch_dependent_order = true;
+  other.flush_subnormal_outputs = true;
+  other.no_statistics = true;
+  other.reduction = parse_reduction("blocked:8");
+  other.device = "gpu:lavapipe";
+  const nlohmann::json j = proto::capabilities_json(other);
+  std::vector<std::string> names;
+  for_each_capability(other, [&](const CapabilityField& f, const auto&) { names.emplace_back(f.name); });
+  EXPECT_EQ(names.size(), j.size());
+  const Capabilities back = proto::capabilities_from_json(j);
+  for (const auto& name : names) {
+    ASSERT_TRUE(j.contains(name)) << name;
+    // Each field alone: from the defaults, only this key set to `other`'s value.
+    const nlohmann::json one{{name, j[name]}};
+    const nlohmann::json got = proto::capabilities_json(proto::capabilities_from_json(one));
+    const nlohmann::json dflt = proto::capabilities_json(Capabilities{});
+    EXPECT_EQ(got[name], j[name]) << name;
+    EXPECT_NE(got[name], dflt[name]) << name << ": the test's value must differ from the default";
+  }
+  EXPECT_EQ(proto::capabilities_json(back), j);
+  EXPECT_EQ(capabilities_text(other),
+            "rmsnorm | bfloat16,float64 | compute float64 | backward | contracts llama,te | blocks | last axis | "
+            "flushes subnormal outputs | reduction blocked:8 | gpu:lavapipe");
+  EXPECT_EQ(capabilities_text(Capabilities{}),
+            "layernorm,rmsnorm | float32,float16,bfloat16 | compute float32 | forward,backward | contracts * | "
+            "residual | any axes | cpu");
+  // A dtype list takes the aliases parse_dtype takes; unknown names are skipped.
+  EXPECT_EQ(proto::capabilities_from_json(nlohmann::json{{"dtypes", {"bf16", "float8", "float32"}}}).dtypes,
+            (std::vector<DType>{DType::bfloat16, DType::float32}));
+  EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"ops", "layernorm"}}), proto::ProtocolError);
+  EXPECT_THROW(proto::capabilities_from_json(nlohmann::json{{"device", 1}}), proto::ProtocolError);
+}
+
 TEST(Oracle, HelloFillsInfo) {
   auto cand = serve_self();
   EXPECT_EQ(cand->info().name, "cmd:oracle");

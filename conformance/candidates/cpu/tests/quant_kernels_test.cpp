@@ -58,7 +58,7 @@ TEST(QuantKernels, EveryPresetEveryReductionPasses) {
       c.inputs["x"].data[5] = 0;  // an exact zero: +0, code 0
       for (std::size_t j = 0; j < 128; ++j) c.inputs["x"].data[3 * 128 + j] = 0;  // an all-zero row
       for (const Reduction r : {Reduction::two_pass, Reduction::welford, Reduction::pairwise}) {
-        const CaseResult res = judge(c, r, Fault::none);
+        const CaseResult res = judge(c, r, Fault{});
         EXPECT_EQ(res.verdict, Verdict::passed) << name << " " << ref::name_of(dt) << " " << name_of(r) << "\n"
                                                 << reasons(res);
       }
@@ -68,8 +68,8 @@ TEST(QuantKernels, EveryPresetEveryReductionPasses) {
 TEST(QuantKernels, NanRowsGiveTheNanCode) {
   ref::Case c = quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 2);
   c.inputs["x"].data[70] = NAN;
-  EXPECT_EQ(judge(c, Reduction::two_pass, Fault::none).verdict, Verdict::passed);
-  EXPECT_EQ(judge(c, Reduction::two_pass, Fault::nan_encoded_as_max).verdict, Verdict::failed);
+  EXPECT_EQ(judge(c, Reduction::two_pass, Fault{}).verdict, Verdict::passed);
+  EXPECT_EQ(judge(c, Reduction::two_pass, fault("nan_encoded_as_max")).verdict, Verdict::failed);
 }
 
 void expect_reveals(const ref::Case& c, Fault f, const char* output) {
@@ -79,7 +79,7 @@ void expect_reveals(const ref::Case& c, Fault f, const char* output) {
     if (o.name == output) {
       EXPECT_GT(o.failed, 0) << name_of(f) << ": " << output << " not failed";
     }
-  EXPECT_EQ(judge(c, Reduction::two_pass, Fault::none).verdict, Verdict::passed) << name_of(f);
+  EXPECT_EQ(judge(c, Reduction::two_pass, Fault{}).verdict, Verdict::passed) << name_of(f);
 }
 
 // Outside quantized cases, and where the fault's condition never arises, the mutant is the
@@ -98,27 +98,27 @@ TEST(QuantMutants, EachIsRejectedWhereItsFaultShowsAndAgreesElsewhere) {
   ref::Case plain = quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 3);
   plain.quant.reset();
   plain.inputs.erase("scale");
-  for (const Fault f : {Fault::activation_rounding_elided, Fault::e5m2_clamped_448, Fault::nan_encoded_as_max,
-                        Fault::mx_rule_swapped, Fault::min_scale_missing, Fault::e4m3fnuz_max})
+  for (const Fault f : {fault("activation_rounding_elided"), fault("e5m2_clamped_448"), fault("nan_encoded_as_max"),
+                        fault("mx_rule_swapped"), fault("min_scale_missing"), fault("e4m3fnuz_max")})
     expect_agrees(plain, f);
   // The rounding to bfloat16 skipped: ~1 code in 60 sits between y and rn_bf16(y).
-  expect_reveals(quant_case("vllm_static_fp8", 16, 256, DType::bfloat16, 4), Fault::activation_rounding_elided, "q");
+  expect_reveals(quant_case("vllm_static_fp8", 16, 256, DType::bfloat16, 4), fault("activation_rounding_elided"), "q");
   ref::Case e5 = quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 5, 0x1p-10);  // u up to ~4000
   e5.quant->format = ref::QFormat::float8_e5m2;
-  expect_reveals(e5, Fault::e5m2_clamped_448, "q");
-  expect_agrees(quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 5), Fault::e5m2_clamped_448);
+  expect_reveals(e5, fault("e5m2_clamped_448"), "q");
+  expect_agrees(quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 5), fault("e5m2_clamped_448"));
   ref::Case nan = quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 6);
   nan.inputs["x"].data[3] = NAN;
-  expect_reveals(nan, Fault::nan_encoded_as_max, "q");
-  expect_agrees(quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 6), Fault::nan_encoded_as_max);
-  expect_reveals(quant_case("ocp_mxfp8", 16, 256, DType::bfloat16, 7), Fault::mx_rule_swapped, "scale");
-  expect_reveals(quant_case("te_mxfp8", 16, 256, DType::bfloat16, 7), Fault::mx_rule_swapped, "scale");
+  expect_reveals(nan, fault("nan_encoded_as_max"), "q");
+  expect_agrees(quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 6), fault("nan_encoded_as_max"));
+  expect_reveals(quant_case("ocp_mxfp8", 16, 256, DType::bfloat16, 7), fault("mx_rule_swapped"), "scale");
+  expect_reveals(quant_case("te_mxfp8", 16, 256, DType::bfloat16, 7), fault("mx_rule_swapped"), "scale");
   ref::Case zero = quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 8);
   for (std::size_t j = 0; j < 64; ++j) zero.inputs["x"].data[64 + j] = 0;
-  expect_reveals(zero, Fault::min_scale_missing, "scale");
-  expect_agrees(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 8), Fault::min_scale_missing);
-  expect_reveals(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 9), Fault::e4m3fnuz_max, "scale");
-  expect_agrees(quant_case("vllm_dynamic_int8", 4, 64, DType::bfloat16, 9), Fault::e4m3fnuz_max);
+  expect_reveals(zero, fault("min_scale_missing"), "scale");
+  expect_agrees(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 8), fault("min_scale_missing"));
+  expect_reveals(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 9), fault("e4m3fnuz_max"), "scale");
+  expect_agrees(quant_case("vllm_dynamic_int8", 4, 64, DType::bfloat16, 9), fault("e4m3fnuz_max"));
 }
 
 }  // namespace

@@ -12,45 +12,13 @@
 #include <string_view>
 #include <vector>
 
+#include "normcheck/conformance/capabilities.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
 #include "normcheck/judge/tolerance.hpp"
 #include "normcheck/reference/case.hpp"
 #include "normcheck/reference/outputs.hpp"
 
 namespace normcheck::conf {
-
-// What a candidate declares it supports. A case outside it is UNSUPPORTED, never run.
-struct Capabilities {
-  std::vector<ref::Op> ops{ref::Op::layernorm, ref::Op::rmsnorm};
-  // Dtypes it accepts for x, parameters, outputs and residual (each must be in the list).
-  std::vector<ref::DType> dtypes{ref::DType::float32, ref::DType::float16, ref::DType::bfloat16};
-  // Accumulation dtypes (the case's dtype_compute) it implements.
-  std::vector<ref::DType> compute_dtypes{ref::DType::float32};
-  std::vector<ref::Direction> directions{ref::Direction::forward, ref::Direction::backward};
-  // Contract names it implements; "*" is any, "a+b" combinations are taken when each part is.
-  std::vector<std::string> contracts{"*"};
-  bool residual = true;      // fused add (residual add / add_bias)
-  bool blocks = false;       // post / pre / sandwich / deepnorm blocks
-  bool general_axes = true;  // axis other than the last dim, explicit axes
-  bool weight_offset = true; // weight_offset != 0
-  // The reduction order may depend on the batch size and the inputs' memory layout (candidate.h
-  // NC_CAP_BATCH_DEPENDENT_ORDER): batch and layout invariance then hold within tolerance only.
-  bool batch_dependent_order = false;
-  // Subnormal output values may come back as zero (candidate.h NC_CAP_FLUSH_SUBNORMAL_OUTPUTS):
-  // the checker and the relations accept a zero within its allowance plus the output dtype's
-  // smallest normal, and count it apart (OutputResult::flushed).
-  bool flush_subnormal_outputs = false;
-  // The candidate returns no mean/rstd (candidate.h NC_CAP_NO_STATISTICS): they are not judged.
-  bool no_statistics = false;
-  // How its sums are formed (candidate.h NC_CAP_REDUCTION; TOLERANCE.md, section 9): `any`
-  // holds it to every correct algorithm; a narrower class to that class's (smaller) bound.
-  Reduction reduction;
-  // It implements fused norm + quantization (cases with `quant`, reference/README.md "Quantized
-  // outputs"): q as one code per element (NVFP4 unpacked), scales as the fixture stores them.
-  // Only builtin candidates can this release; the plugin ABI and protocol do not carry codes.
-  bool quant = false;
-  std::string device = "cpu";
-};
 
 // nullopt when `caps` covers the case; otherwise why not ("dtype bfloat16 not supported").
 std::optional<std::string> unsupported_reason(const Capabilities& caps, const ref::Case& c);

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
-#include "normcheck/conformance/checker.hpp"
+#include "normcheck/judge/checker.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
 #include "normcheck/properties/generators.hpp"
 

@@ -1,6 +1,7 @@
 // A case: one normalization problem instance, in the vocabulary of docs/DESIGN.md ("Semantics").
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "normcheck/reference/dtype.hpp"
+#include "normcheck/reference/enum_table.hpp"
 #include "normcheck/reference/quant.hpp"
 
 namespace normcheck::ref {
@@ -20,12 +22,44 @@ enum class Block : std::uint8_t { none, post, pre, sandwich, deepnorm };
 enum class Direction : std::uint8_t { forward, backward };
 enum class Activation : std::uint8_t { gelu, relu };  // gelu: the exact erf form
 
-std::string_view name_of(Op);
-std::string_view name_of(Affine);
-std::string_view name_of(Residual);
-std::string_view name_of(Block);
-std::string_view name_of(Direction);
-std::string_view name_of(Activation);
+// The value tables (enum_table.hpp): a new value of any of these is one row here.
+template <>
+struct EnumTable<Op> {
+  static constexpr std::array rows{Named<Op>{Op::layernorm, "layernorm"}, Named<Op>{Op::rmsnorm, "rmsnorm"}};
+};
+template <>
+struct EnumTable<Affine> {
+  static constexpr std::array rows{Named<Affine>{Affine::none, "none"}, Named<Affine>{Affine::weight, "weight"},
+                                   Named<Affine>{Affine::weight_bias, "weight_bias"}};
+};
+template <>
+struct EnumTable<Residual> {
+  static constexpr std::array rows{Named<Residual>{Residual::none, "none"}, Named<Residual>{Residual::add, "add"},
+                                   Named<Residual>{Residual::add_bias, "add_bias"}};
+};
+template <>
+struct EnumTable<Block> {
+  static constexpr std::array rows{Named<Block>{Block::none, "none"}, Named<Block>{Block::post, "post"},
+                                   Named<Block>{Block::pre, "pre"}, Named<Block>{Block::sandwich, "sandwich"},
+                                   Named<Block>{Block::deepnorm, "deepnorm"}};
+};
+template <>
+struct EnumTable<Direction> {
+  static constexpr std::array rows{Named<Direction>{Direction::forward, "forward"},
+                                   Named<Direction>{Direction::backward, "backward"}};
+};
+template <>
+struct EnumTable<Activation> {
+  static constexpr std::array rows{Named<Activation>{Activation::gelu, "gelu"},
+                                   Named<Activation>{Activation::relu, "relu"}};
+};
+
+inline std::string_view name_of(Op v) { return enum_name(v); }
+inline std::string_view name_of(Affine v) { return enum_name(v); }
+inline std::string_view name_of(Residual v) { return enum_name(v); }
+inline std::string_view name_of(Block v) { return enum_name(v); }
+inline std::string_view name_of(Direction v) { return enum_name(v); }
+inline std::string_view name_of(Activation v) { return enum_name(v); }
 
 // A dense row-major tensor whose elements are values of `dtype`, held exactly as binary64.
 struct Tensor {

@@ -5,11 +5,14 @@
 // value is "in" a dtype when rounding it to that dtype leaves it unchanged.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "normcheck/reference/enum_table.hpp"
 
 namespace normcheck::ref {
 
@@ -33,7 +36,16 @@ constexpr Format format_of(DType t) {
   return {53, -1022, 1023};
 }
 
-std::string_view name_of(DType t);
+// The value table (enum_table.hpp): the canonical names, which files and messages use.
+template <>
+struct EnumTable<DType> {
+  static constexpr std::array rows{Named<DType>{DType::float64, "float64"}, Named<DType>{DType::float32, "float32"},
+                                   Named<DType>{DType::float16, "float16"}, Named<DType>{DType::bfloat16, "bfloat16"}};
+};
+
+inline std::string_view name_of(DType t) { return enum_name(t); }
+// A canonical name, or one of the aliases f64/double, f32/float, f16/half, bf16 that the CLI
+// and case JSON accept (fixture attributes take the canonical names only).
 std::optional<DType> parse_dtype(std::string_view name);
 // Unit roundoff u = 2^-precision of the format (half an ulp of 1).
 double unit_roundoff(DType t);

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "normcheck/reference/enum_table.hpp"
+
 namespace normcheck::ref {
 
 // The stored output format of the quantized tensor `q`.
@@ -45,20 +47,61 @@ enum class MxRule : std::uint8_t { floor, round_up };
 // NaN: their NaN elements are always unspecified.
 enum class NanPolicy : std::uint8_t { nan_code, unspecified };
 
-std::string_view name_of(QFormat f);
-std::string_view name_of(ScaleKind k);
-std::string_view name_of(ResidualSum r);
-std::string_view name_of(QuantValue v);
-std::string_view name_of(ScaleApply a);
-std::string_view name_of(MxRule r);
-std::string_view name_of(NanPolicy p);
-std::optional<QFormat> parse_qformat(std::string_view s);
-std::optional<ScaleKind> parse_scale_kind(std::string_view s);
-std::optional<ResidualSum> parse_residual_sum(std::string_view s);
-std::optional<QuantValue> parse_quant_value(std::string_view s);
-std::optional<ScaleApply> parse_scale_apply(std::string_view s);
-std::optional<MxRule> parse_mx_rule(std::string_view s);
-std::optional<NanPolicy> parse_nan_policy(std::string_view s);
+// The value tables (enum_table.hpp): a new value of any of these is one row here.
+template <>
+struct EnumTable<QFormat> {
+  static constexpr std::array rows{
+      Named<QFormat>{QFormat::float8_e4m3fn, "float8_e4m3fn"}, Named<QFormat>{QFormat::float8_e5m2, "float8_e5m2"},
+      Named<QFormat>{QFormat::int8, "int8"},                   Named<QFormat>{QFormat::mxfp8_e4m3, "mxfp8_e4m3"},
+      Named<QFormat>{QFormat::mxfp8_e5m2, "mxfp8_e5m2"},       Named<QFormat>{QFormat::nvfp4_e2m1, "nvfp4_e2m1"}};
+};
+template <>
+struct EnumTable<ScaleKind> {
+  static constexpr std::array rows{Named<ScaleKind>{ScaleKind::static_tensor, "static_tensor"},
+                                   Named<ScaleKind>{ScaleKind::dynamic_token, "dynamic_token"},
+                                   Named<ScaleKind>{ScaleKind::mx_block, "mx_block"},
+                                   Named<ScaleKind>{ScaleKind::nvfp4_block, "nvfp4_block"}};
+};
+template <>
+struct EnumTable<ResidualSum> {
+  static constexpr std::array rows{Named<ResidualSum>{ResidualSum::rounded, "rounded"},
+                                   Named<ResidualSum>{ResidualSum::unrounded, "unrounded"}};
+};
+template <>
+struct EnumTable<QuantValue> {
+  static constexpr std::array rows{Named<QuantValue>{QuantValue::activation, "activation"},
+                                   Named<QuantValue>{QuantValue::float32, "float32"}};
+};
+template <>
+struct EnumTable<ScaleApply> {
+  static constexpr std::array rows{Named<ScaleApply>{ScaleApply::reciprocal, "reciprocal"},
+                                   Named<ScaleApply>{ScaleApply::divide, "divide"},
+                                   Named<ScaleApply>{ScaleApply::multiply, "multiply"}};
+};
+template <>
+struct EnumTable<MxRule> {
+  static constexpr std::array rows{Named<MxRule>{MxRule::floor, "floor"}, Named<MxRule>{MxRule::round_up, "round_up"}};
+};
+template <>
+struct EnumTable<NanPolicy> {
+  static constexpr std::array rows{Named<NanPolicy>{NanPolicy::nan_code, "nan_code"},
+                                   Named<NanPolicy>{NanPolicy::unspecified, "unspecified"}};
+};
+
+inline std::string_view name_of(QFormat f) { return enum_name(f); }
+inline std::string_view name_of(ScaleKind k) { return enum_name(k); }
+inline std::string_view name_of(ResidualSum r) { return enum_name(r); }
+inline std::string_view name_of(QuantValue v) { return enum_name(v); }
+inline std::string_view name_of(ScaleApply a) { return enum_name(a); }
+inline std::string_view name_of(MxRule r) { return enum_name(r); }
+inline std::string_view name_of(NanPolicy p) { return enum_name(p); }
+inline std::optional<QFormat> parse_qformat(std::string_view s) { return enum_parse<QFormat>(s); }
+inline std::optional<ScaleKind> parse_scale_kind(std::string_view s) { return enum_parse<ScaleKind>(s); }
+inline std::optional<ResidualSum> parse_residual_sum(std::string_view s) { return enum_parse<ResidualSum>(s); }
+inline std::optional<QuantValue> parse_quant_value(std::string_view s) { return enum_parse<QuantValue>(s); }
+inline std::optional<ScaleApply> parse_scale_apply(std::string_view s) { return enum_parse<ScaleApply>(s); }
+inline std::optional<MxRule> parse_mx_rule(std::string_view s) { return enum_parse<MxRule>(s); }
+inline std::optional<NanPolicy> parse_nan_policy(std::string_view s) { return enum_parse<NanPolicy>(s); }
 
 // The quantization contract of a case: every point where real kernels differ, named.
 struct QuantContract {

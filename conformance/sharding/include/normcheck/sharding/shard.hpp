@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "normcheck/conformance/checker.hpp"
-#include "normcheck/conformance/tolerance.hpp"
+#include "normcheck/conformance/candidate.hpp"
+#include "normcheck/judge/checker.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
 #include "normcheck/reference/case.hpp"
 
