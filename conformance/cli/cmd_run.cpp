@@ -187,7 +187,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     }
     for (const auto& e : conf::builtin_candidates()) {
       // correct: the kernels held to conform; all adds the mutants and the external libraries
-      // with recorded findings (builtin:ggml-*: conformance/plugin/bundled_plugins.cpp). The
+      // with recorded findings (builtin:ggml-*: conformance/candidates/bundled_plugins.cpp). The
       // quantization mutants (class H) only differ on quantized cases, which no tier but quant
       // holds yet: quant-mutants selects them, mutants and all leave them out.
       const bool mutant = e.info.kind == conf::CandidateKind::mutant, quant = mutant && e.info.fault_class == "H";
