@@ -179,6 +179,17 @@ class NormKernel {
     return row_stats<A>(h_.data(), static_cast<std::int64_t>(h_.size()), centre_, red_, f_, eps_);
   }
 
+  // The mean and rstd as saved for the backward and returned: FlagGems #221 saved them in x's
+  // half dtype (where that is narrower than the statistics'); the forward's y uses them unrounded.
+  RowStats<A> saved(RowStats<A> s) const {
+    if (f_ == fault("stats_saved_in_x_dtype") &&
+        ref::format_of(c_.dtype_x).precision < ref::format_of(c_.dtype_compute).precision) {
+      s.mean = round_as(s.mean, c_.dtype_x);
+      s.rstd = round_as(s.rstd, c_.dtype_x);
+    }
+    return s;
+  }
+
   // Rows the launch never reached (apex #411: a grid of at most 65535 rows).
   bool skipped(std::int64_t r) const { return f_ == fault("rows_beyond_grid_limit") && r >= kGridRowLimit; }
 
@@ -213,12 +224,13 @@ class NormKernel {
         if (b_) v = O::add(v, bias_[p]);
         y.data[off_[j]] = to_output(v, c_.dtype_out);
       }
+      const RowStats<A> kept = saved(st);
       if (!srow_.empty()) {
-        smean[r] = st.mean;
-        srstd[r] = st.rstd;
+        smean[r] = kept.mean;
+        srstd[r] = kept.rstd;
       } else {
-        mean.data[r] = to_output(st.mean, c_.dtype_compute);
-        rstd.data[r] = to_output(st.rstd, c_.dtype_compute);
+        mean.data[r] = to_output(kept.mean, c_.dtype_compute);
+        rstd.data[r] = to_output(kept.rstd, c_.dtype_compute);
       }
     }
     if (!srow_.empty())  // each true row reports the statistics of its first element's row
@@ -267,7 +279,7 @@ class NormKernel {
       if (skipped(r)) continue;
       row_layout(r);
       load_h();
-      const RowStats<A> st = stats();
+      const RowStats<A> st = saved(stats());
       const auto n = static_cast<std::int64_t>(off_.size());
       dyv.resize(n);
       xh.resize(n);

@@ -113,6 +113,11 @@ class Engine {
     Rows hr;
     h_stage(k, l, hr);
     stats_stage(k, l, hr);
+    if (k.saved_stats && c_.direction == ref::Direction::backward) {
+      hr.st_saved = *hr.st;
+      for (auto& s : hr.st_saved) s.mean = rnd(s.mean, *k.saved_stats), s.rstd = rnd(s.rstd, *k.saved_stats);
+      hr.st = &hr.st_saved;
+    }
     Predictions p = c_.direction == ref::Direction::forward ? run_forward(k, l, hr)
                                                              : run_backward(k, l, hr, columns_only, only_cols);
     p.var_below_zero = hr.var_below_zero;
@@ -183,6 +188,7 @@ class Engine {
     bool groups = false;  // statistics over other dims (stat_dims): per group of x's elements
     std::vector<LD> h_own, hout_own;
     std::vector<RowStat> st_own;
+    std::vector<RowStat> st_saved;  // Knobs::saved_stats: the statistics the backward reads
     std::vector<std::int64_t> group_of;  // groups: the group of each element of x
     // h of the selected rows (compact: ri * n + j; groups: every element of x, by offset),
     // residual_out's h (compact), the statistics per selected row (groups: per group).
@@ -403,8 +409,8 @@ class Engine {
       const LD out = k.rstd_out == RstdOut::rstd      ? (k.rstd_out_unrounded ? s.rstd_unrounded : s.rstd)
                      : k.rstd_out == RstdOut::std_dev ? LD(1) / s.rstd
                                                       : s.var;
-      rs[ri] = static_cast<double>(out);
-      if (mean) (*mean)[ri] = static_cast<double>(s.mean);
+      rs[ri] = k.saved_stats ? rnd(static_cast<double>(out), *k.saved_stats) : static_cast<double>(out);
+      if (mean) (*mean)[ri] = k.saved_stats ? rnd(static_cast<double>(s.mean), *k.saved_stats) : static_cast<double>(s.mean);
     }
     return p;
   }
@@ -655,7 +661,8 @@ class Engine {
     return row_stats_knobs(k) == row_stats_knobs(s) && k.stat_dims == s.stat_dims && k.weight == s.weight &&
            k.bias_missing == s.bias_missing && k.offset == s.offset &&
            k.weight_flat_index == s.weight_flat_index && k.pts.h == s.pts.h && k.res == s.res &&
-           k.h_round_x == s.h_round_x && k.dx == s.dx && k.rows_limit == s.rows_limit && k.block == s.block;
+           k.h_round_x == s.h_round_x && k.dx == s.dx && k.rows_limit == s.rows_limit && k.block == s.block &&
+           k.saved_stats == s.saved_stats;
   }
 
   // Residual blocks (reference/README.md, "Residual blocks"): L layers over rows of D, FFN

@@ -62,6 +62,9 @@ struct Knobs {
   std::optional<std::vector<std::int64_t>> stat_dims;  // statistics over these dims of x instead
   std::optional<DType> rstd_round;
   bool rstd_out_unrounded = false;  // the rstd output holds the value before rstd_round
+  // The mean and rstd saved in this dtype (FlagGems #221: x's half dtype): the mean/rstd outputs
+  // and the statistics the backward reads are rounded to it; the forward's y is not.
+  std::optional<DType> saved_stats;
   WeightMode weight = WeightMode::normal;
   bool bias_missing = false;
   double offset = 0;

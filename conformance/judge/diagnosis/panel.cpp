@@ -145,6 +145,7 @@ enum When : std::uint32_t {
   post_block = 1u << 17,
   deepnorm_block = 1u << 18,
   computes_f64 = 1u << 19,     // dtype_compute is float64
+  x_narrower = 1u << 20,       // x's dtype is narrower than the compute dtype (float16 x, float32 statistics)
 };
 
 bool holds(std::uint32_t when, const Ctx& x) {
@@ -170,6 +171,7 @@ bool holds(std::uint32_t when, const Ctx& x) {
       {post_block, c.block == ref::Block::post},
       {deepnorm_block, c.block == ref::Block::deepnorm},
       {computes_f64, c.dtype_compute == DType::float64},
+      {x_narrower, ref::format_of(c.dtype_x).precision < ref::format_of(c.dtype_compute).precision},
   };
   for (auto [bit, ok] : tests)
     if ((when & bit) && !ok) return false;
@@ -428,6 +430,9 @@ const Row kRows[] = {
      rstd_rounded_variants<DType::bfloat16>},
     {"rstd_rounded_fp16", "rstd_fp16", 0, "rstd rounded to float16 before the multiply", nullptr, nullptr,
      rstd_rounded_variants<DType::float16>},
+    {"stats_saved_in_x_dtype", "stats_saved_in_x_dtype", x_narrower | no_block,
+     "mean and rstd saved in x's dtype (the returned statistics, and those the backward reads)",
+     [](K& k, const Ctx& x) { k.saved_stats = x.c.dtype_x; }},
     // E. Residual and placement
     {"residual_not_added", "residual_not_added", residual, "residual not added before the norm",
      [](K& k, const Ctx&) { k.res = ResMode::not_added; }},

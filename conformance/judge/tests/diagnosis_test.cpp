@@ -261,6 +261,17 @@ TEST(Diagnosis, AFaultInOneOutputIsDiagnosedOnThatOutput) {
       << describe_diagnosis(d);
 }
 
+// FlagGems #221: the mean and rstd of a float16 LayerNorm saved as float16. Made from the
+// reference: its float32 statistics rounded to float16, y untouched.
+TEST(Diagnosis, StatisticsSavedInTheInputDtype) {
+  const auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 64, 0.5, 1, DType::float16);
+  const auto fc = fixture_of(c);
+  Outputs got = outputs_of(c, fc);
+  for (const char* s : {"mean", "rstd"})
+    for (double& v : got.at(s).data) v = ref::round_to(v, DType::float16);
+  expect_first(fc, got, "stats_saved_in_x_dtype");
+}
+
 TEST(Diagnosis, LowPrecisionHFromTheReference) {
   // bfloat16 x, float32 residual: h rounded to bfloat16 before the statistics equals the
   // reference on x' = bf16(x + residual) and a zero residual.

@@ -532,6 +532,21 @@ TEST(Mutants, RstdBf16) {
   expect_agrees(b, fault("rstd_bf16"));  // bfloat16 compute: rstd is a bfloat16 already
 }
 
+// FlagGems #221: float16 x, float32 statistics saved as float16. The returned rstd and mean
+// carry the rounding; y does not; the backward reads the rounded statistics (dweight in float32
+// shows it). Where x is as wide as the statistics there is nothing to round.
+TEST(Mutants, StatsSavedInXDtype) {
+  const Dtypes d{DType::float16, DType::float32, DType::float32, DType::float32, DType::float16};
+  const ref::Case c = make_case(Op::layernorm, {4, 64}, Affine::weight_bias, d);
+  expect_reveals(c, fault("stats_saved_in_x_dtype"), "rstd");
+  expect_reveals(with_x(c, 5, 1), fault("stats_saved_in_x_dtype"), "mean");  // a mean of 5: 2^-9 apart in float16
+  EXPECT_TRUE(identical({{"y", run_kernel(c, Reduction::two_pass, fault("stats_saved_in_x_dtype")).at("y")}},
+                        {{"y", run_kernel(c, Reduction::two_pass).at("y")}}));
+  const ref::Case b = make_case(Op::layernorm, {4, 64}, Affine::weight_bias, d, ref::Direction::backward);
+  expect_reveals(b, fault("stats_saved_in_x_dtype"), "dweight");
+  expect_agrees(make_case(Op::layernorm, {4, 64}), fault("stats_saved_in_x_dtype"));
+}
+
 TEST(Mutants, HKeptUnrounded) {
   ref::Case c = make_case(Op::rmsnorm, {4, 32}, Affine::weight, kBf16O32);
   c.residual = Residual::add;

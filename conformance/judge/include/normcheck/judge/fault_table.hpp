@@ -88,6 +88,11 @@ inline constexpr std::array kFaults{
                "any float32 case", mutant},
     FaultEntry{"rstd_fp16", 'D', "rstd rounded to float16 before the multiply",
                "rstd rounded to float16 before the multiply", "", "", dialect_only},
+    FaultEntry{"stats_saved_in_x_dtype", 'D', "mean and rstd saved in x's half dtype",
+               "mean and rstd saved for the backward in the input's half-precision dtype instead of float32: "
+               "the returned statistics and the backward's x-hat carry its rounding",
+               "flagos-ai/FlagGems #221",
+               "float16/bfloat16 x with float32 statistics: the mean/rstd outputs (`ln_f16_normal`, `rms_bf16_normal`), dweight of a backward", mutant},
     FaultEntry{"h_kept_unrounded", 'D', "fused_add_lowp's h rounding skipped",
                "statistics from the fp32 x + residual where the contract rounds h to the residual dtype first",
                "the unfused path of vllm #52104", "`rms_fused_add_lowp_bf16_fwd`", mutant,
