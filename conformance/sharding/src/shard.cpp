@@ -360,6 +360,9 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
   auto allow = conf::derive_allowances(fc.c);
   widen_for_plan(allow, fc.c, p);
   res = conf::check_case(fc, got.gathered, allow);
+  // The final rounding is part of what is checked, as in `normcheck check` (SCHEMA.md, "Outputs
+  // files"): a value stored wider than its dtype can hold FAILS, unless declared wider_values.
+  conf::reject_unrepresentable(res, got.gathered, got.wider_values);
   res.seconds = got.seconds;
   conf::describe_case(res, fc);
   auto worse = [&](conf::Verdict v) { res.verdict = std::max(res.verdict, v); };
@@ -368,7 +371,8 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
     for (std::size_t k = 1; k < copies.size(); ++k) {
       conf::Outputs o = got.gathered;
       o[name] = copies[k];
-      const conf::CaseResult rk = conf::check_case(fc, o, allow);
+      conf::CaseResult rk = conf::check_case(fc, o, allow);
+      conf::reject_unrepresentable(rk, o, got.wider_values);  // a copy is declared with its output
       for (auto orr : rk.outputs) {
         if (orr.name != name) continue;
         orr.name = fmt::format("{}[copy {}]", name, k);
@@ -400,7 +404,9 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
       }
     }
   }
-  if (res.verdict != conf::Verdict::failed) return res;
+  // A wrong shape or a value its dtype cannot hold is reported as what it is (the output's
+  // reason), never explained by a dialect: conf::diagnosable, as `normcheck check` does.
+  if (!conf::diagnosable(res)) return res;
 
   // Diagnosis: which sharding dialect explains the failing outputs (within their allowance).
   const ref::Geometry g = ref::geometry_of(fc.c);

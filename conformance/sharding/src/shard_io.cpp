@@ -82,7 +82,9 @@ ShardedOutputs read_sharded(const std::string& path, const std::string& id, std:
   ShardedOutputs out;
   {
     fix::FixtureReader r(path, fix::FixtureReader::Kind::outputs);
-    for (auto& [name, o] : r.read_case(id).expected) out.gathered.emplace(name, std::move(o.value));
+    fix::OutputsCase oc = r.read_outputs_case(id);
+    for (auto& [name, o] : oc.fc.expected) out.gathered.emplace(name, std::move(o.value));
+    out.wider_values = std::move(oc.wider_values);  // its copies are declared with it
   }
   const std::string where = path + ": case " + id;
   H5E_auto2_t func = nullptr;

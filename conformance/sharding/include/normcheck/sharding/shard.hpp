@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,13 +59,21 @@ struct ShardedOutputs {
   // Output name -> one assembled copy per rank along the axis that replicates it (mean, rstd
   // over tp; dweight, dbias over sp). Copy 0 is the one in `gathered`.
   std::map<std::string, std::vector<ref::Tensor>> copies;
+  // Outputs declared to hold values wider than their dtype on purpose (the attribute
+  // wider_values = 1 on the root, the case or outputs/<output>; SCHEMA.md, "Outputs files"):
+  // they and their copies are judged as stored. Any other value, gathered or in a copy, that
+  // its dtype cannot hold FAILS the output (conf::reject_unrepresentable).
+  std::set<std::string> wider_values;
   double seconds = 0;
 };
 
 // Checks the gathered outputs and every copy with conf::check_case under the widened
-// allowance; copies of a replicated output must agree bit for bit; a failing case is diagnosed
-// against the sharding dialects (rank-local statistics, sum of squares over the world size,
-// gradients rank-local / averaged / multiplied by R). The diagnosis lines go to `message`.
+// allowance, and rejects values their dtype cannot hold (conf::reject_unrepresentable, except
+// for `wider_values`); copies of a replicated output must agree bit for bit; a failing case is
+// diagnosed against the sharding dialects (rank-local statistics, sum of squares over the world
+// size, gradients rank-local / averaged / multiplied by R), unless an output is malformed (a
+// wrong shape, a value its dtype cannot hold: conf::diagnosable). The diagnosis lines go to
+// `message`.
 conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const ShardedOutputs& got);
 
 // The plan's arithmetic without processes (README.md, "Emulation"): float32 partial sums per
