@@ -366,6 +366,33 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
   res.seconds = got.seconds;
   conf::describe_case(res, fc);
   auto worse = [&](conf::Verdict v) { res.verdict = std::max(res.verdict, v); };
+  // Copy 0 is outputs/<name> itself (SCHEMA.md, "Sharded outputs"): checked above as the
+  // gathered output, so it must hold the same bits, or a file with a right outputs/<name> and
+  // every copy wrong alike would pass.
+  for (const auto& [name, copies] : got.copies) {
+    const auto git = got.gathered.find(name);
+    if (copies.empty() || git == got.gathered.end()) continue;
+    const auto& a = git->second.data;
+    const auto& b = copies[0].data;
+    std::int64_t differ = 0, first = -1;
+    for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+      if (!same_bits(a[i], b[i]) && differ++ == 0) first = static_cast<std::int64_t>(i);
+    if (differ == 0 && a.size() == b.size()) continue;
+    conf::OutputResult d;
+    d.name = fmt::format("{}[copy 0]", name);
+    d.verdict = conf::Verdict::failed;
+    d.malformed = true;  // not a numerical result: the file contradicts itself
+    d.elements = static_cast<std::int64_t>(b.size());
+    d.failed = differ;
+    d.reason = a.size() != b.size()
+                   ? fmt::format("copies/0/{} has {} elements, outputs/{} {}", name, b.size(), name, a.size())
+                   : fmt::format("copies/0/{} must hold outputs/{} bit for bit (SCHEMA.md); {} of {} elements differ, "
+                                 "first at {}: {} against {}",
+                                 name, name, differ, a.size(), first, ref::hex_text(b[static_cast<std::size_t>(first)]),
+                                 ref::hex_text(a[static_cast<std::size_t>(first)]));
+    worse(conf::Verdict::failed);
+    res.outputs.push_back(d);
+  }
   // Every copy of a replicated output against the reference, and against copy 0 bit for bit.
   for (const auto& [name, copies] : got.copies) {
     for (std::size_t k = 1; k < copies.size(); ++k) {

@@ -137,6 +137,14 @@ class Unrepresentable(unittest.TestCase):
         self.assert_names(text, "rstd[copy 1]", FWD, "rstd", "float32")
         self.assertNotIn("diagnosis:", text)
 
+    def test_copy_0_is_the_gathered_output(self):
+        # outputs/dweight right, every copy wrong alike: copy 0 contradicts outputs/ (SCHEMA.md)
+        rc, text = self.check(self.write("copies_only", BWD, BWD_PLAN, ["copies/0/dweight", "copies/1/dweight"]))
+        self.assertEqual(rc, 1, text)
+        self.assertIn("dweight[copy 0] FAILED: copies/0/dweight must hold outputs/dweight bit for bit", text)
+        self.assertNotIn("copies 0,1", text)  # the copies agree with each other
+        self.assertNotIn("diagnosis:", text)
+
     def test_wider_values(self):
         # every copy agrees bit for bit, so only the dtype check can fail it
         everywhere = ["outputs/dx", "outputs/dweight", "copies/0/dweight", "copies/1/dweight"]
