@@ -214,6 +214,18 @@ bool same_bits(double a, double b) {
   return a == b && std::signbit(a) == std::signbit(b);
 }
 
+// Where two stored tensors differ bit for bit: how many elements (over the common length) and
+// the first one (-1 when none).
+struct BitDiff {
+  std::int64_t count = 0, first = -1;
+};
+BitDiff bit_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  BitDiff d;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    if (!same_bits(a[i], b[i]) && d.count++ == 0) d.first = static_cast<std::int64_t>(i);
+  return d;
+}
+
 }  // namespace
 
 Plan parse_plan(const std::string& text) {
@@ -374,9 +386,7 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
     if (copies.empty() || git == got.gathered.end()) continue;
     const auto& a = git->second.data;
     const auto& b = copies[0].data;
-    std::int64_t differ = 0, first = -1;
-    for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-      if (!same_bits(a[i], b[i]) && differ++ == 0) first = static_cast<std::int64_t>(i);
+    const auto [differ, first] = bit_diff(a, b);
     if (differ == 0 && a.size() == b.size()) continue;
     conf::OutputResult d;
     d.name = fmt::format("{}[copy 0]", name);
@@ -406,11 +416,9 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
         worse(orr.verdict);
         res.outputs.push_back(orr);
       }
-      std::int64_t differ = 0, first = -1;
       const auto& a = copies[0].data;
       const auto& b = copies[k].data;
-      for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
-        if (!same_bits(a[i], b[i]) && differ++ == 0) first = static_cast<std::int64_t>(i);
+      const auto [differ, first] = bit_diff(a, b);
       if (differ > 0 || a.size() != b.size()) {
         conf::OutputResult d;
         d.name = fmt::format("{}[copies 0,{}]", name, k);
