@@ -29,7 +29,22 @@ if [[ "$sanitize" == 1 ]]; then
   extra=(-DNORMCHECK_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
          "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 fi
-cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# ccache, when installed (install-deps.sh installs it; NORMCHECK_CCACHE=0 turns it off): a build
+# of the same sources with the same flags in another clone or folder (CI's fresh clone after a
+# developer's build, a worktree) takes its objects from the cache. base_dir makes the paths
+# inside the checkout relative, so the clone's location does not change what is hashed;
+# hash_dir=false leaves the build folder out of the hash too (the line tables of a reused
+# object name the folder it was first compiled in). A flag or a -D that names an absolute path
+# (NORMCHECK_CASES_DIR) still differs between clones, so those units are compiled anew: a hit
+# needs the same preprocessed source and the same command line.
+launcher=()
+if [[ "${NORMCHECK_CCACHE:-1}" == 1 ]] && command -v ccache >/dev/null; then
+  cc="/usr/bin/env;CCACHE_BASEDIR=$root;CCACHE_NOHASHDIR=true;ccache"
+  launcher=("-DCMAKE_C_COMPILER_LAUNCHER=$cc" "-DCMAKE_CXX_COMPILER_LAUNCHER=$cc")
+else
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=)
+fi
+cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
   -DNORMCHECK_WERROR="$werror" -DNORMCHECK_SANITIZE="$([[ $sanitize == 1 ]] && echo ON || echo OFF)" \
   "${extra[@]}" >/dev/null
 cmake --build "$build_dir" --parallel "$(nproc)"

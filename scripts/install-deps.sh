@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  ccache                                        # compiler cache: a rebuild in another clone reuses objects
   libboost-dev libmpfr-dev libgmp-dev          # certified reference: Boost.Multiprecision over MPFR/GMP
   libhdf5-dev                                   # golden fixtures (C and C++ APIs)
   libgtest-dev libgmock-dev librapidcheck-dev   # tests and property tests
