@@ -1,8 +1,10 @@
 # The smoke test of a bundled plugin (ctest, LABELS smoke), run as
-#   cmake -DNORMCHECK=<bin/normcheck> -DCANDIDATE=builtin:<name> -DWORK_DIR=<dir> [-DTIER=smoke]
-#         [-DSKIP_REASON=<regex>] [-DNO_GPU_REASON=<regex>] -P plugin_smoke.cmake
-# It generates the tier's fixtures itself (the test needs nothing prepared) and runs the
-# candidate on them. It passes when `normcheck run` exits 0 (nothing FAILED, CRASHED, TIMEOUT or
+#   cmake -DNORMCHECK=<bin/normcheck> -DCANDIDATE=builtin:<name> -DWORK_DIR=<dir>
+#         [-DFIXTURES=<file.h5> | -DTIER=smoke] [-DSKIP_REASON=<regex>] [-DNO_GPU_REASON=<regex>]
+#         -P plugin_smoke.cmake
+# It runs the candidate on FIXTURES (the project's tests pass the smoke tier that
+# conformance.tiers.generate_smoke writes once for all of them), or else generates TIER's
+# fixtures itself. It passes when `normcheck run` exits 0 (nothing FAILED, CRASHED, TIMEOUT or
 # MISSING) and at least one case PASSED (a plugin that declines everything is not a pass).
 #
 # SKIP_REASON: when every case is UNSUPPORTED with a message matching it (the plugin's runtime
@@ -18,6 +20,9 @@ if(NOT TIER)
 endif()
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(fixtures "${WORK_DIR}/${TIER}.h5")
+if(FIXTURES)
+  set(fixtures "${FIXTURES}")
+endif()
 set(results "${WORK_DIR}/results.json")
 
 set(expect_unsupported "")
@@ -35,10 +40,12 @@ if(DEFINED NO_GPU_REASON)
   endif()
 endif()
 
-execute_process(COMMAND "${NORMCHECK}" fixtures generate --tier ${TIER} -o "${fixtures}" --force
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "fixtures generate --tier ${TIER} exited ${rc}:\n${out}")
+if(NOT FIXTURES)
+  execute_process(COMMAND "${NORMCHECK}" fixtures generate --tier ${TIER} -o "${fixtures}" --force
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "fixtures generate --tier ${TIER} exited ${rc}:\n${out}")
+  endif()
 endif()
 
 # --allow-empty: a candidate that cannot run here declines every case, which this script checks

@@ -23,8 +23,11 @@ expect() {
   fi
 }
 
-fx="$tmp/smoke.h5"
-"$normcheck" fixtures generate --tier smoke -o "$fx" >/dev/null || { echo "cannot generate smoke"; exit 1; }
+# The smoke tier: the file ctest shares among the tests ($3, read only), else generated here.
+fx="${3:-$tmp/smoke.h5}"
+if [[ -z "${3:-}" ]]; then
+  "$normcheck" fixtures generate --tier smoke -o "$fx" >/dev/null || { echo "cannot generate smoke"; exit 1; }
+fi
 
 # A correct candidate conforms (0), a mutant fails (1) with a repro line, --expect-reject inverts.
 expect correct 0 "" -- run --candidate builtin:cpu_two_pass --fixtures "$fx" --json "$tmp/r.json"

@@ -3,19 +3,23 @@
 # line, and the run goes on; in process, the crash kills normcheck but the journal keeps the
 # cases checked before it and no results file is left half-written.
 set -uo pipefail
+# $5: the smoke tier ctest shares among the tests (read only); generated here without it.
 normcheck="$1" segv="$2" hang="$3" python="$4"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 failed=0
 bad() { failed=$((failed + 1)); echo "FAIL $*"; }
-"$normcheck" fixtures generate --tier smoke -o "$tmp/smoke.h5" >/dev/null || exit 1
+smoke="${5:-$tmp/smoke.h5}"
+if [[ -z "${5:-}" ]]; then
+  "$normcheck" fixtures generate --tier smoke -o "$smoke" >/dev/null || exit 1
+fi
 cases=(--cases 'ln_f32_*')  # the bad plugins take float32 LayerNorm forward
 
 count() {  # count FILE VERDICT
   "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['summary'][sys.argv[2]])" "$1" "$2"
 }
 
-"$normcheck" run --candidate "plugin:$segv" --isolate --fixtures "$tmp/smoke.h5" "${cases[@]}" \
+"$normcheck" run --candidate "plugin:$segv" --isolate --fixtures "$smoke" "${cases[@]}" \
   --json "$tmp/segv.json" >"$tmp/out" 2>&1
 code=$?
 [[ $code -eq 1 ]] || bad "isolated segfault: exit $code (want 1)"
@@ -28,14 +32,14 @@ grep -q "repro: normcheck run" "$tmp/out" || bad "isolated segfault: no repro li
 total=$("$python" -c "import json,sys; print(len(json.load(open(sys.argv[1]))['cases']))" "$tmp/segv.json")
 [[ $total -ge 3 ]] || bad "isolated segfault: the run did not go on ($total cases)"
 
-"$normcheck" run --candidate "plugin:$hang" --isolate --timeout 2 --fixtures "$tmp/smoke.h5" "${cases[@]}" \
+"$normcheck" run --candidate "plugin:$hang" --isolate --timeout 2 --fixtures "$smoke" "${cases[@]}" \
   --json "$tmp/hang.json" >"$tmp/out" 2>&1
 code=$?
 [[ $code -eq 1 ]] || bad "isolated hang: exit $code (want 1)"
 [[ "$(count "$tmp/hang.json" TIMEOUT)" -ge 1 && "$(count "$tmp/hang.json" FAILED)" -ge 2 ]] ||
   bad "isolated hang: want TIMEOUT cases and checked cases after them"
 
-"$normcheck" run --candidate "plugin:$segv" --fixtures "$tmp/smoke.h5" "${cases[@]}" \
+"$normcheck" run --candidate "plugin:$segv" --fixtures "$smoke" "${cases[@]}" \
   --json "$tmp/inproc.json" >"$tmp/out" 2>&1
 code=$?
 [[ $code -ge 128 ]] || { [[ $code -ne 0 ]] && grep -q "AddressSanitizer: SEGV" "$tmp/out"; } ||
@@ -46,7 +50,7 @@ lines=$(wc -l <"$tmp/inproc.json.partial.jsonl")
 [[ $lines -eq 1 ]] || bad "in-process segfault: journal has $lines lines (want the 1 case before the crash)"
 # The plugin sees the fixture case id (nc_case.case_id), in process and through the worker.
 for iso in "" --isolate; do
-  "$normcheck" run --candidate "plugin:$(dirname "$segv")/libbad_plugin_run_error.so" $iso --fixtures "$tmp/smoke.h5" \
+  "$normcheck" run --candidate "plugin:$(dirname "$segv")/libbad_plugin_run_error.so" $iso --fixtures "$smoke" \
     --cases ln_f32_normal >"$tmp/out" 2>&1
   grep -q "in case 'ln_f32_normal'" "$tmp/out" || bad "case id not passed to the plugin ${iso:-in process}"
 done
@@ -54,7 +58,7 @@ done
 # mutant, in process and through the worker: --expect-reject passes when it is rejected.
 for iso in "" --isolate; do
   "$normcheck" run --candidate "plugin:$(dirname "$segv")/libbad_plugin_intended_mutant.so" $iso --expect-reject \
-    --fixtures "$tmp/smoke.h5" "${cases[@]}" >"$tmp/out" 2>&1
+    --fixtures "$smoke" "${cases[@]}" >"$tmp/out" 2>&1
   code=$?
   [[ $code -eq 0 ]] && grep -q "mutant .*rejected (as it must be)" "$tmp/out" ||
     bad "intended mutant ${iso:-in process}: exit $code, $(tail -2 "$tmp/out")"
