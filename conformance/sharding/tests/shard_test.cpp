@@ -179,6 +179,74 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(p.param.fault) + "_" + std::to_string(p.index);
     });
 
+// Rank-local statistics on rows of a large mean over a tiny spread: y and rstd are MISTRUSTED
+// (condition 1e6 in float32), so only the mean shows the fault, and the diagnosis must name it
+// there. The counterexample of `normcheck prop --candidate shard:emulation --properties
+// sharded_faults_rejected --seed 1`, which found the diagnosis predicting y and dx only ("no
+// sharding dialect explains the failure").
+TEST(Emulation, RankLocalMeanIsDiagnosedWhereYIsMistrusted) {
+  ref::Case c;
+  c.op = ref::Op::layernorm;
+  c.affine = ref::Affine::weight;
+  c.epsilon = 0x1.4f8b588e368f1p-17;
+  c.inputs["x"] = ref::Tensor{DType::float32, {2, 6}, {0x1.387ff6p+13, 0x1.388002p+13, 0x1.388016p+13,
+                                                       0x1.387ff2p+13, 0x1.387ffp+13, 0x1.38802p+13,
+                                                       0x1.387fd4p+13, 0x1.387ff6p+13, 0x1.387ffp+13,
+                                                       0x1.387ffap+13, 0x1.388024p+13, 0x1.388004p+13}};
+  c.inputs["weight"] = ref::Tensor{
+      DType::float32, {6}, {0x1.087a2ap+0, 0x1.101122p+0, 0x1.fd0f9ep-1, 0x1.12769p+0, 0x1.0bf9p+0, 0x1.9a22bep-1}};
+  const auto plan = shard::parse_plan("tp=3");
+  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
+  EXPECT_EQ(r.verdict, conf::Verdict::failed);
+  EXPECT_NE(r.message.find("mean: rank-local statistics"), std::string::npos) << r.message;
+}
+
+// ... and where only a small shard's copy shows it: tp=15+1 on rows of mean 1000, spread 0.007
+// (condition 1.4e5): rank 0's 15 columns give a mean within the allowance, rank 1's one column
+// does not (its rstd is 1/sqrt(eps)). The copies of mean and rstd are compared with each rank's
+// own statistics (the third counterexample of sharded_faults_rejected, seed 1).
+TEST(Emulation, RankLocalStatisticsAreDiagnosedInTheCopies) {
+  std::mt19937_64 rng(19);
+  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, false, 5, 16);
+  c.inputs.at("x").data = normal(rng, 80, 1000, 0.007, DType::float32);
+  const auto plan = shard::parse_plan("tp=15+1");
+  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
+  EXPECT_EQ(r.verdict, conf::Verdict::failed);
+  EXPECT_NE(r.message.find("mean[copy 1]: rank-local statistics"), std::string::npos) << r.message;
+}
+
+// Rank-local statistics with a NaN in one rank's columns: the other rank's columns of that row
+// stay finite (the NaN never meets the all-reduce), where the correct dx is NaN. The dialect must
+// still be named from the finite rows: the NaN row's allowances are derived for NaN and say nothing
+// of the dialect's finite values (the second counterexample of sharded_faults_rejected, seed 1).
+TEST(Emulation, RankLocalIsDiagnosedBesideANaNRow) {
+  std::mt19937_64 rng(17);
+  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, true, 2, 6);
+  c.inputs.erase("bias");
+  c.affine = ref::Affine::weight;
+  c.inputs.at("x").data[10] = std::nan("");
+  const auto plan = shard::parse_plan("tp=2");
+  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
+  EXPECT_EQ(r.verdict, conf::Verdict::failed);
+  EXPECT_NE(r.message.find("dx: rank-local statistics"), std::string::npos) << r.message;
+}
+
+// Rank-local statistics over a one-column shard with epsilon 0: that rank's variance is 0, its
+// rstd infinite and its dx NaN, as the dialect predicts; the NaN must count as the dialect's own
+// value, not as infinitely far from it (the fourth counterexample of sharded_faults_rejected).
+TEST(Emulation, RankLocalIsDiagnosedWhereItsOwnValueIsNaN) {
+  std::mt19937_64 rng(23);
+  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, true, 2, 4);
+  c.affine = ref::Affine::none;
+  c.inputs.erase("weight");
+  c.inputs.erase("bias");
+  c.epsilon = 0;
+  const auto plan = shard::parse_plan("tp=1+3");
+  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
+  EXPECT_EQ(r.verdict, conf::Verdict::failed);
+  EXPECT_NE(r.message.find("dx: rank-local statistics"), std::string::npos) << r.message;
+}
+
 // MiniMax's division by the world size is exact for equal shards: no false alarm there.
 TEST(Emulation, DivWorldIsRightForEqualShards) {
   std::mt19937_64 rng(3);
