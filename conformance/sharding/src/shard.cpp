@@ -133,7 +133,71 @@ struct Dialect {
   // the gathered output). Under rank-local statistics the copies are where the fault shows when y
   // is MISTRUSTED (a large mean over a tiny spread) or one rank's shard is small.
   std::map<std::string, std::vector<std::vector<long double>>> stat_copies;
+  // The dialect's own allowances where its computation is conditioned otherwise than the correct
+  // one (rank_local_allowances); an output not here is judged with the correct allowance.
+  std::map<std::string, conf::OutputAllowance> allow;
+  std::map<std::string, std::vector<conf::OutputAllowance>> stat_allow;  // per tp rank
 };
+
+// Rank-local statistics are each tp rank's correct norm of the case restricted to its own
+// columns (a [rows, n_local] case), so they are allowed what a correct kernel of that case is:
+// its allowances, and the sharding term of the sp gradient reduce. Its conditioning can be far
+// worse than the full row's (two columns of a large mean: a 2-element LayerNorm's dx is 0 by
+// cancellation), which the correct computation's allowance does not cover. Sets y or dx and
+// dweight (in the full case's layout) and, per tp rank, mean and rstd.
+void rank_local_allowances(Dialect& d, const ref::Case& c, const ref::Geometry& g, const Layout& lay,
+                           const Plan& p) {
+  const bool bwd = c.direction == ref::Direction::backward;
+  const std::string xo = bwd ? "dx" : "y";
+  const auto n_el = static_cast<std::size_t>(g.rows * g.cols);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  d.allow[xo] = conf::OutputAllowance{std::vector<double>(n_el, nan), std::vector<std::uint8_t>(n_el, 0), 0, ""};
+  if (bwd && c.inputs.count("weight"))
+    d.allow["dweight"] = conf::OutputAllowance{std::vector<double>(static_cast<std::size_t>(g.cols), nan),
+                                               std::vector<std::uint8_t>(static_cast<std::size_t>(g.cols), 0), 0, ""};
+  Plan sp_only = p;  // the gradients' sp reduce, without the tp split
+  sp_only.tp = 1;
+  sp_only.tp_sizes.clear();
+  for (int t = 0; t < p.tp; ++t) {
+    std::vector<std::size_t> cols;
+    for (std::int64_t j = 0; j < g.cols; ++j)
+      if (lay.col_shard[static_cast<std::size_t>(j)] == t) cols.push_back(static_cast<std::size_t>(j));
+    const auto n = static_cast<std::int64_t>(cols.size());
+    ref::Case sub = c;
+    sub.axis = -1;
+    sub.axes.reset();
+    for (const char* name : {"x", "dy"}) {
+      if (!c.inputs.count(name)) continue;
+      const auto& full = c.inputs.at(name);
+      ref::Tensor part{full.dtype, {g.rows, n}, {}};
+      for (std::int64_t r = 0; r < g.rows; ++r)
+        for (auto j : cols)
+          part.data.push_back(full.data[static_cast<std::size_t>(g.row_base[static_cast<std::size_t>(r)] + g.col_delta[j])]);
+      sub.inputs[name] = std::move(part);
+    }
+    for (const char* name : {"weight", "bias"}) {
+      if (!c.inputs.count(name)) continue;
+      const auto& full = c.inputs.at(name);
+      ref::Tensor part{full.dtype, {n}, {}};
+      for (auto j : cols) part.data.push_back(full.data[j]);
+      sub.inputs[name] = std::move(part);
+    }
+    auto a = conf::derive_allowances(sub);
+    if (p.sp > 1) widen_for_plan(a, sub, sp_only);
+    for (std::int64_t r = 0; r < g.rows; ++r)
+      for (std::size_t k = 0; k < cols.size(); ++k) {
+        const auto full = static_cast<std::size_t>(g.row_base[static_cast<std::size_t>(r)] + g.col_delta[cols[k]]);
+        const auto part = static_cast<std::size_t>(r * n) + k;
+        d.allow[xo].abs[full] = a.at(xo).abs[part];
+        d.allow[xo].nan_ok[full] = a.at(xo).nan_ok[part];
+      }
+    if (d.allow.count("dweight"))
+      for (std::size_t k = 0; k < cols.size(); ++k) d.allow["dweight"].abs[cols[k]] = a.at("dweight").abs[k];
+    if (!bwd)
+      for (const char* name : {"mean", "rstd"})
+        if (a.count(name)) d.stat_allow[name].push_back(a.at(name));
+  }
+}
 
 Dialect evaluate_dialect(const ref::Case& c, const ref::Geometry& g, const Layout& lay, const Plan& p,
                          bool rank_local, bool div_world) {
@@ -474,6 +538,7 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
   std::vector<Dialect> dialects;
   if (p.tp > 1) {
     dialects.push_back(evaluate_dialect(fc.c, g, lay, p, true, false));
+    rank_local_allowances(dialects.back(), fc.c, g, lay, p);
     dialects.back().name = "rank-local statistics";
     dialects.back().explanation = fmt::format(
         "the norm's sums taken over each rank's own {} columns of {}, not all-reduced "
@@ -516,20 +581,25 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
       // correct dx of two columns is 0 too), in every sp rank's copy alike
       auto it = got.gathered.find(oname);
       if (it == got.gathered.end() || oname == "dbias") continue;
-      match(oname, it->second, pred, allow.at(oname));
+      const auto& a = d.allow.count(oname) ? d.allow.at(oname) : allow.at(oname);
+      match(oname, it->second, pred, a);
       const auto cit = got.copies.find(oname);
       if (oname != "dweight" || cit == got.copies.end()) continue;
       for (std::size_t k = 1; k < cit->second.size(); ++k)
-        match(fmt::format("{}[copy {}]", oname, k), cit->second[k], pred, allow.at(oname));
+        match(fmt::format("{}[copy {}]", oname, k), cit->second[k], pred, a);
     }
     for (const auto& [oname, per_rank] : d.stat_copies) {
       auto it = got.gathered.find(oname);
       if (it == got.gathered.end() || per_rank.empty()) continue;
-      match(oname, it->second, per_rank[0], allow.at(oname));
+      const auto sa = d.stat_allow.find(oname);
+      auto a = [&](std::size_t k) -> const conf::OutputAllowance& {
+        return sa != d.stat_allow.end() && k < sa->second.size() ? sa->second[k] : allow.at(oname);
+      };
+      match(oname, it->second, per_rank[0], a(0));
       const auto cit = got.copies.find(oname);
       if (cit == got.copies.end()) continue;
       for (std::size_t k = 1; k < cit->second.size() && k < per_rank.size(); ++k)
-        match(fmt::format("{}[copy {}]", oname, k), cit->second[k], per_rank[k], allow.at(oname));
+        match(fmt::format("{}[copy {}]", oname, k), cit->second[k], per_rank[k], a(k));
     }
   }
   // Replicated gradients: each copy against the full sum, the rank-local sum, the average and R times.
