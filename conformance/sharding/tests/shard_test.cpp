@@ -283,6 +283,23 @@ TEST(Emulation, RankLocalIsJudgedWithItsOwnAllowance) {
   EXPECT_NE(r.message.find("dx: rank-local statistics"), std::string::npos) << r.message;
 }
 
+// Rank-local statistics of zero rows with epsilon 1e-12 in float16: rstd is 1e6, and both the
+// correct dx and the dialect's overflow float16 (with different signs): the faulty kernel's
+// infinity is the dialect's value rounded, not infinitely far from it (the seventh
+// counterexample of sharded_faults_rejected, seed 1, at test 5599 of 10000).
+TEST(Emulation, RankLocalIsDiagnosedWhereItsValueOverflows) {
+  std::mt19937_64 rng(37);
+  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float16, true, 2, 8);
+  c.affine = ref::Affine::weight;
+  c.inputs.erase("bias");
+  c.epsilon = 0x1.19799812dea11p-40;
+  for (auto& v : c.inputs.at("x").data) v = 0;
+  const auto plan = shard::parse_plan("tp=5");
+  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
+  EXPECT_EQ(r.verdict, conf::Verdict::failed);
+  EXPECT_NE(r.message.find("dx: rank-local statistics"), std::string::npos) << r.message;
+}
+
 // MiniMax's division by the world size is exact for equal shards: no false alarm there.
 TEST(Emulation, DivWorldIsRightForEqualShards) {
   std::mt19937_64 rng(3);
