@@ -85,8 +85,10 @@ std::string draw_split(std::int64_t n, int parts, const std::string& what) {
 // (2-8 ranks, over any row dim: QK-norm per head is sp over the heads) or both (a grid of at
 // most 8 ranks); equal or unequal contiguous shards; the gradients' all-reduce in float32 or
 // bfloat16, the dtypes the runtime offers. Shrinks towards tp=2. Plans that do not fit the case
-// (more ranks than elements along a split dim) are discarded.
-shard::Plan draw_plan(const ref::Case& c) {
+// (more ranks than elements along a split dim) are discarded. `need` (a fault's) restricts the
+// plan to those with tp ranks (tp, both) or with sp ranks (sp, both).
+enum class Need { any, tp, sp };
+shard::Plan draw_plan(const ref::Case& c, Need need = Need::any) {
   const auto g = ref::geometry_of(c);
   const auto rank = static_cast<std::int64_t>(g.shape.size()),
              k = static_cast<std::int64_t>(g.norm_dims.size());
@@ -95,7 +97,9 @@ shard::Plan draw_plan(const ref::Case& c) {
       RC_DISCARD("the normalized dims are not trailing (sharded cases normalize trailing dims)");
   const std::int64_t first = rank - k;  // tp splits this dim; sp one of the dims before it
   enum Kind { tp, sp, both };
-  const Kind kind = draw_from(std::vector<Kind>{tp, sp, both});
+  const Kind kind = draw_from(need == Need::tp   ? std::vector<Kind>{tp, both}
+                              : need == Need::sp ? std::vector<Kind>{sp, both}
+                                                 : std::vector<Kind>{tp, sp, both});
   int T = 1, S = 1;
   if (kind == tp) T = 2 + static_cast<int>(draw_index(7));
   if (kind == sp) S = 2 + static_cast<int>(draw_index(7));
@@ -168,14 +172,21 @@ std::optional<std::string> visible_effect(const shard::ShardedOutputs& correct,
   return std::nullopt;
 }
 
+// The fault is drawn first (each as often), then a case and a plan where it can apply: the
+// gradient faults need a backward case with parameters and sp ranks, which a plan drawn for any
+// case has in one test of ten.
 void sharded_faults_rejected(Context& ctx) {
-  const auto d = draw_case(ctx.cand.info().caps, sharded_limits(ctx));
-  const auto plan = draw_plan(d.c);
-  std::vector<const shard::EmulatedFault*> faults;
-  for (const auto& f : shard::emulated_faults())
-    if (shard::fault_inapplicable(f, d.c, plan).empty()) faults.push_back(&f);
-  if (faults.empty()) RC_DISCARD("no emulated fault applies to the plan and case");
-  const auto& f = *draw_from(faults);
+  const auto& f = draw_from(shard::emulated_faults());
+  CaseLimits lim = sharded_limits(ctx);
+  if (f.rms_only) lim.ops = {ref::Op::rmsnorm};
+  if (!f.tp) {
+    lim.directions = {ref::Direction::backward};
+    lim.affines = {ref::Affine::weight, ref::Affine::weight_bias};
+  }
+  const auto d = draw_case(ctx.cand.info().caps, lim);
+  const auto plan = draw_plan(d.c, f.tp ? Need::tp : Need::sp);
+  if (const auto why = shard::fault_inapplicable(f, d.c, plan); !why.empty())
+    RC_DISCARD(fmt::format("fault {} does not apply: {}", f.name, why));
   const auto faulty = shard::emulate(d.c, plan, f.name);
   const auto effect = visible_effect(shard::emulate(d.c, plan), faulty, sharded_allowances(d.c, plan));
   if (!effect) RC_DISCARD("the fault moves no output beyond twice its allowance on this draw");
