@@ -179,6 +179,26 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(p.param.fault) + "_" + std::to_string(p.index);
     });
 
+namespace {
+
+// The case with only the parameters of `a` (make_case gives a LayerNorm weight and bias).
+ref::Case with_affine(ref::Case c, ref::Affine a) {
+  c.affine = a;
+  if (a == ref::Affine::none) c.inputs.erase("weight");
+  if (a != ref::Affine::weight_bias) c.inputs.erase("bias");
+  return c;
+}
+
+// The rank-local fault emulated on `c` under `plan`: FAILED, and its diagnosis says `named`.
+void expect_rank_local_named(const ref::Case& c, const char* plan, const char* named) {
+  const auto p = shard::parse_plan(plan);
+  const auto r = shard::check_sharded(fixture_of(c), p, shard::emulate(c, p, "rank_local"));
+  EXPECT_EQ(r.verdict, conf::Verdict::failed) << plan;
+  EXPECT_NE(r.message.find(named), std::string::npos) << plan << ": " << r.message;
+}
+
+}  // namespace
+
 // Rank-local statistics on rows of a large mean over a tiny spread: y and rstd are MISTRUSTED
 // (condition 1e6 in float32), so only the mean shows the fault, and the diagnosis must name it
 // there. The counterexample of `normcheck prop --candidate shard:emulation --properties
@@ -195,10 +215,7 @@ TEST(Emulation, RankLocalMeanIsDiagnosedWhereYIsMistrusted) {
                                                        0x1.387ffap+13, 0x1.388024p+13, 0x1.388004p+13}};
   c.inputs["weight"] = ref::Tensor{
       DType::float32, {6}, {0x1.087a2ap+0, 0x1.101122p+0, 0x1.fd0f9ep-1, 0x1.12769p+0, 0x1.0bf9p+0, 0x1.9a22bep-1}};
-  const auto plan = shard::parse_plan("tp=3");
-  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
-  EXPECT_EQ(r.verdict, conf::Verdict::failed);
-  EXPECT_NE(r.message.find("mean: rank-local statistics"), std::string::npos) << r.message;
+  expect_rank_local_named(c, "tp=3", "mean: rank-local statistics");
 }
 
 // ... and where only a small shard's copy shows it: tp=15+1 on rows of mean 1000, spread 0.007
@@ -209,10 +226,7 @@ TEST(Emulation, RankLocalStatisticsAreDiagnosedInTheCopies) {
   std::mt19937_64 rng(19);
   ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, false, 5, 16);
   c.inputs.at("x").data = normal(rng, 80, 1000, 0.007, DType::float32);
-  const auto plan = shard::parse_plan("tp=15+1");
-  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
-  EXPECT_EQ(r.verdict, conf::Verdict::failed);
-  EXPECT_NE(r.message.find("mean[copy 1]: rank-local statistics"), std::string::npos) << r.message;
+  expect_rank_local_named(c, "tp=15+1", "mean[copy 1]: rank-local statistics");
 }
 
 // Rank-local statistics with a NaN in one rank's columns: the other rank's columns of that row
@@ -221,14 +235,9 @@ TEST(Emulation, RankLocalStatisticsAreDiagnosedInTheCopies) {
 // of the dialect's finite values (the second counterexample of sharded_faults_rejected, seed 1).
 TEST(Emulation, RankLocalIsDiagnosedBesideANaNRow) {
   std::mt19937_64 rng(17);
-  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, true, 2, 6);
-  c.inputs.erase("bias");
-  c.affine = ref::Affine::weight;
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float32, true, 2, 6), ref::Affine::weight);
   c.inputs.at("x").data[10] = std::nan("");
-  const auto plan = shard::parse_plan("tp=2");
-  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
-  EXPECT_EQ(r.verdict, conf::Verdict::failed);
-  EXPECT_NE(r.message.find("dx: rank-local statistics"), std::string::npos) << r.message;
+  expect_rank_local_named(c, "tp=2", "dx: rank-local statistics");
 }
 
 // Rank-local statistics over a one-column shard with epsilon 0: that rank's variance is 0, its
@@ -236,15 +245,9 @@ TEST(Emulation, RankLocalIsDiagnosedBesideANaNRow) {
 // value, not as infinitely far from it (the fourth counterexample of sharded_faults_rejected).
 TEST(Emulation, RankLocalIsDiagnosedWhereItsOwnValueIsNaN) {
   std::mt19937_64 rng(23);
-  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, true, 2, 4);
-  c.affine = ref::Affine::none;
-  c.inputs.erase("weight");
-  c.inputs.erase("bias");
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float32, true, 2, 4), ref::Affine::none);
   c.epsilon = 0;
-  const auto plan = shard::parse_plan("tp=1+3");
-  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
-  EXPECT_EQ(r.verdict, conf::Verdict::failed);
-  EXPECT_NE(r.message.find("dx: rank-local statistics"), std::string::npos) << r.message;
+  expect_rank_local_named(c, "tp=1+3", "dx: rank-local statistics");
 }
 
 // Rank-local statistics over one-column shards of a two-column LayerNorm backward: x-hat is 0 on
@@ -254,14 +257,9 @@ TEST(Emulation, RankLocalIsDiagnosedWhereItsOwnValueIsNaN) {
 // dim only: the same computation there, but not the sharding fault).
 TEST(Emulation, RankLocalIsDiagnosedInDweight) {
   std::mt19937_64 rng(29);
-  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, true, 4, 2);
-  c.affine = ref::Affine::weight;
-  c.inputs.erase("bias");
-  const auto plan = shard::parse_plan("tp=1+1,sp=2");
-  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
-  EXPECT_EQ(r.verdict, conf::Verdict::failed);
-  EXPECT_NE(r.message.find("dweight: rank-local statistics"), std::string::npos) << r.message;
-  EXPECT_NE(r.message.find("dweight[copy 1]: rank-local statistics"), std::string::npos) << r.message;
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float32, true, 4, 2), ref::Affine::weight);
+  expect_rank_local_named(c, "tp=1+1,sp=2", "dweight: rank-local statistics");
+  expect_rank_local_named(c, "tp=1+1,sp=2", "dweight[copy 1]: rank-local statistics");
 }
 
 // Rank-local statistics over two-column shards of rows in [256, 2000]: each rank's LayerNorm
@@ -271,16 +269,10 @@ TEST(Emulation, RankLocalIsDiagnosedInDweight) {
 // counterexample of sharded_faults_rejected, seed 1, at test 2875 of 10000: "no sharding dialect").
 TEST(Emulation, RankLocalIsJudgedWithItsOwnAllowance) {
   std::mt19937_64 rng(31);
-  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, true, 255, 10);
-  c.affine = ref::Affine::none;
-  c.inputs.erase("weight");
-  c.inputs.erase("bias");
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float32, true, 255, 10), ref::Affine::none);
   std::uniform_real_distribution<double> wide(256, 2000);
   for (auto& v : c.inputs.at("x").data) v = ref::round_to(wide(rng), DType::float32);
-  const auto plan = shard::parse_plan("tp=5");
-  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
-  EXPECT_EQ(r.verdict, conf::Verdict::failed);
-  EXPECT_NE(r.message.find("dx: rank-local statistics"), std::string::npos) << r.message;
+  expect_rank_local_named(c, "tp=5", "dx: rank-local statistics");
 }
 
 // Rank-local statistics of zero rows with epsilon 1e-12 in float16: rstd is 1e6, and both the
@@ -289,15 +281,10 @@ TEST(Emulation, RankLocalIsJudgedWithItsOwnAllowance) {
 // counterexample of sharded_faults_rejected, seed 1, at test 5599 of 10000).
 TEST(Emulation, RankLocalIsDiagnosedWhereItsValueOverflows) {
   std::mt19937_64 rng(37);
-  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float16, true, 2, 8);
-  c.affine = ref::Affine::weight;
-  c.inputs.erase("bias");
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float16, true, 2, 8), ref::Affine::weight);
   c.epsilon = 0x1.19799812dea11p-40;
   for (auto& v : c.inputs.at("x").data) v = 0;
-  const auto plan = shard::parse_plan("tp=5");
-  const auto r = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, "rank_local"));
-  EXPECT_EQ(r.verdict, conf::Verdict::failed);
-  EXPECT_NE(r.message.find("dx: rank-local statistics"), std::string::npos) << r.message;
+  expect_rank_local_named(c, "tp=5", "dx: rank-local statistics");
 }
 
 // MiniMax's division by the world size is exact for equal shards: no false alarm there.
