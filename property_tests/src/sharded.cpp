@@ -46,8 +46,9 @@ class ShardEmulation final : public conf::Candidate {
   // Its properties draw a plan with each case and call shard::emulate; a case alone is not
   // something it runs.
   conf::Outputs run(const ref::Case&) override {
-    throw conf::CandidateError(fmt::format(
-        "{} runs shard plans through its own properties (normcheck prop --list)", kShardEmulation));
+    throw conf::CandidateError(
+        fmt::format("{0} runs shard plans through its own properties (normcheck prop --list --candidate {0})",
+                    kShardEmulation));
   }
 
  private:
