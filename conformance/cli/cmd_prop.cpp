@@ -35,7 +35,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
   // The emulation of shard plans has properties of its own, and only those apply to it.
   const bool emulation = a.candidate == prop::kShardEmulation;
   const auto& all = emulation ? prop::shard_properties() : prop::properties();
-  if (a.list) {  // one property a line (evidence.py reads the names); the sharded ones with their spec
+  if (a.list) {  // one property a line: evidence.py reads the names
     for (const auto& p : all) fmt::print("  {:<28} {}\n", p.name, p.description);
     return kExitOk;
   }
@@ -288,7 +288,8 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
   auto a = std::make_shared<PropArgs>();
   auto* cmd = app.add_subcommand("prop", "Property-based conformance of a candidate: generated cases, metamorphic "
                                          "relations, shrunk counterexamples as fixtures");
-  cmd->add_option("--candidate", a->candidate, "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...'; shard:emulation for the sharded properties");
+  cmd->add_option("--candidate", a->candidate,
+                  "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...'; shard:emulation for the sharded properties");
   cmd->add_option("--properties", a->globs, "Only properties whose name matches this glob (repeatable)");
   cmd->add_option("--reduction", a->reduction,
                   "Judge under this reduction class instead of the candidate's declaration: any, two_pass, welford, "
