@@ -32,8 +32,10 @@ struct PropArgs {
 };
 
 int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
-  const auto& all = prop::properties();
-  if (a.list) {
+  // The emulation of shard plans has properties of its own, and only those apply to it.
+  const bool emulation = a.candidate == prop::kShardEmulation;
+  const auto& all = emulation ? prop::shard_properties() : prop::properties();
+  if (a.list) {  // one property a line: evidence.py reads the names
     for (const auto& p : all) fmt::print("  {:<28} {}\n", p.name, p.description);
     return kExitOk;
   }
@@ -45,6 +47,11 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     fmt::print(stderr, "normcheck prop: --tests, --max-size and --max-hidden must be >= 1\n");
     return kExitBadInput;
   }
+  if (emulation && a.isolate) {
+    fmt::print(stderr, "normcheck prop: {} runs in this process (--isolate is for plugins and builtins)\n",
+               prop::kShardEmulation);
+    return kExitBadInput;
+  }
   std::vector<const prop::Property*> chosen;
   for (const auto& p : all) {
     bool take = a.globs.empty();
@@ -52,7 +59,9 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     if (take) chosen.push_back(&p);
   }
   if (chosen.empty()) {
-    fmt::print(stderr, "normcheck prop: no property matches --properties (normcheck prop --list names them)\n");
+    fmt::print(stderr, "normcheck prop: no property {}matches --properties (normcheck prop --list{} names them)\n",
+               emulation ? fmt::format("of {} ", prop::kShardEmulation) : std::string(),
+               emulation ? fmt::format(" --candidate {}", prop::kShardEmulation) : std::string());
     return kExitBadInput;
   }
   if (!a.reproduce.empty() && chosen.size() != 1) {
@@ -87,7 +96,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     so.timeout_s = a.timeout;
     so.startup_timeout_s = a.startup_timeout;
     so.self_exe = self_exe();
-    cand = conf::make_candidate(a.candidate, so);
+    cand = emulation ? prop::make_shard_emulation() : conf::make_candidate(a.candidate, so);
   } catch (const std::exception& e) {
     fmt::print(stderr, "normcheck: {}\n", e.what());
     return kExitBadInput;
@@ -192,8 +201,11 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
           w.write(counterexample());
           w.commit();
           cx["fixture"] = path;
-          fmt::print("    counterexample: {} (replay: normcheck run --candidate {}{} --fixtures {})\n", path,
-                     quote(a.candidate), isolation, quote(path));
+          if (emulation)  // the unsharded case with its golden outputs; the plan is in its description
+            fmt::print("    counterexample: {} (the case; the plan and fault are in its description)\n", path);
+          else
+            fmt::print("    counterexample: {} (replay: normcheck run --candidate {}{} --fixtures {})\n", path,
+                       quote(a.candidate), isolation, quote(path));
         } catch (const std::exception& e) {
           fmt::print(stderr, "normcheck prop: {}\n", e.what());
           bad_input = true;
@@ -276,7 +288,8 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
   auto a = std::make_shared<PropArgs>();
   auto* cmd = app.add_subcommand("prop", "Property-based conformance of a candidate: generated cases, metamorphic "
                                          "relations, shrunk counterexamples as fixtures");
-  cmd->add_option("--candidate", a->candidate, "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...'");
+  cmd->add_option("--candidate", a->candidate,
+                  "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...'; shard:emulation for the sharded properties");
   cmd->add_option("--properties", a->globs, "Only properties whose name matches this glob (repeatable)");
   cmd->add_option("--reduction", a->reduction,
                   "Judge under this reduction class instead of the candidate's declaration: any, two_pass, welford, "
@@ -296,7 +309,7 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
   cmd->add_option("--startup-timeout", a->startup_timeout,
                   "Seconds a subprocess candidate may take to start, up to its hello (0: the larger of --timeout "
                   "and 120)");
-  cmd->add_flag("--list", a->list, "List the properties");
+  cmd->add_flag("--list", a->list, "List the properties (with --candidate shard:emulation: the sharded ones)");
   cmd->add_flag("--allow-empty", a->allow_empty, "Exit 0 even when every property was UNSUPPORTED (nothing checked)");
   return [a, cmd, &argv_all]() { return cmd->parsed() ? run_prop(*a, argv_all) : kExitBadInput; };
 }

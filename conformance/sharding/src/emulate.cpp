@@ -1,6 +1,8 @@
 // The shard plans' arithmetic in float32 without processes, for tests and property tests: what
 // torch_dist/sharded_norms.py computes, rank by rank (README.md, "Emulation").
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 
 #include "normcheck/sharding/shard.hpp"
@@ -139,6 +141,33 @@ ShardedOutputs emulate(const ref::Case& c, const Plan& p, const std::string& fau
   if (w) grads(pw, "dweight");
   if (b) grads(pb, "dbias");
   return out;
+}
+
+const std::vector<EmulatedFault>& emulated_faults() {
+  static const std::vector<EmulatedFault> all{
+      {"rank_local", "rank-local statistics", true, false},
+      {"div_world", "sum of squares divided by the world size", true, true},
+      {"not_reduced", ": rank-local: the sum over sp rank", false, false},
+      {"averaged", ": averaged:", false, false},
+      {"reduced_twice", ": multiplied by", false, false}};
+  return all;
+}
+
+std::string fault_inapplicable(const EmulatedFault& f, const ref::Case& c, const Plan& p) {
+  if (f.tp) {
+    if (p.tp < 2) return "no tp ranks";
+    if (f.rms_only && c.op != ref::Op::rmsnorm) return "MiniMax's TP norm is an RMSNorm";
+    if (f.rms_only) {
+      const auto n = layout_of(c, p).n_local;
+      if (std::adjacent_find(n.begin(), n.end(), std::not_equal_to<>()) == n.end())
+        return "equal shards: the division by the world size is exact there";
+    }
+    return "";
+  }
+  if (p.sp < 2) return "no sp ranks";
+  if (c.direction != ref::Direction::backward || c.affine == ref::Affine::none)
+    return "no parameter gradients (forward, or no affine parameters)";
+  return "";
 }
 
 }  // namespace normcheck::shard

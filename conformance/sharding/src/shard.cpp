@@ -129,7 +129,75 @@ RowStats stats_over(const ref::Case& c, const ref::Geometry& g, std::int64_t row
 struct Dialect {
   std::string name, explanation;
   std::map<std::string, std::vector<long double>> out;
+  // Forward: mean (LayerNorm) and rstd as each tp rank holds them (copy k is rank k's, copy 0
+  // the gathered output). Under rank-local statistics the copies are where the fault shows when y
+  // is MISTRUSTED (a large mean over a tiny spread) or one rank's shard is small.
+  std::map<std::string, std::vector<std::vector<long double>>> stat_copies;
+  // The dialect's own allowances where its computation is conditioned otherwise than the correct
+  // one (rank_local_allowances); an output not here is judged with the correct allowance.
+  std::map<std::string, conf::OutputAllowance> allow;
+  std::map<std::string, std::vector<conf::OutputAllowance>> stat_allow;  // per tp rank
 };
+
+// Rank-local statistics are each tp rank's correct norm of the case restricted to its own
+// columns (a [rows, n_local] case), so they are allowed what a correct kernel of that case is:
+// its allowances, and the sharding term of the sp gradient reduce. Its conditioning can be far
+// worse than the full row's (two columns of a large mean: a 2-element LayerNorm's dx is 0 by
+// cancellation), which the correct computation's allowance does not cover. Sets y or dx and
+// dweight (in the full case's layout) and, per tp rank, mean and rstd.
+void rank_local_allowances(Dialect& d, const ref::Case& c, const ref::Geometry& g, const Layout& lay,
+                           const Plan& p) {
+  const bool bwd = c.direction == ref::Direction::backward;
+  const std::string xo = bwd ? "dx" : "y";
+  const auto n_el = static_cast<std::size_t>(g.rows * g.cols);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  d.allow[xo] = conf::OutputAllowance{std::vector<double>(n_el, nan), std::vector<std::uint8_t>(n_el, 0), 0, ""};
+  if (bwd && c.inputs.count("weight"))
+    d.allow["dweight"] = conf::OutputAllowance{std::vector<double>(static_cast<std::size_t>(g.cols), nan),
+                                               std::vector<std::uint8_t>(static_cast<std::size_t>(g.cols), 0), 0, ""};
+  Plan sp_only = p;  // the gradients' sp reduce, without the tp split
+  sp_only.tp = 1;
+  sp_only.tp_sizes.clear();
+  for (int t = 0; t < p.tp; ++t) {
+    std::vector<std::size_t> cols;
+    for (std::int64_t j = 0; j < g.cols; ++j)
+      if (lay.col_shard[static_cast<std::size_t>(j)] == t) cols.push_back(static_cast<std::size_t>(j));
+    const auto n = static_cast<std::int64_t>(cols.size());
+    ref::Case sub = c;
+    sub.axis = -1;
+    sub.axes.reset();
+    for (const char* name : {"x", "dy"}) {
+      if (!c.inputs.count(name)) continue;
+      const auto& full = c.inputs.at(name);
+      ref::Tensor part{full.dtype, {g.rows, n}, {}};
+      for (std::int64_t r = 0; r < g.rows; ++r)
+        for (auto j : cols)
+          part.data.push_back(full.data[static_cast<std::size_t>(g.row_base[static_cast<std::size_t>(r)] + g.col_delta[j])]);
+      sub.inputs[name] = std::move(part);
+    }
+    for (const char* name : {"weight", "bias"}) {
+      if (!c.inputs.count(name)) continue;
+      const auto& full = c.inputs.at(name);
+      ref::Tensor part{full.dtype, {n}, {}};
+      for (auto j : cols) part.data.push_back(full.data[j]);
+      sub.inputs[name] = std::move(part);
+    }
+    auto a = conf::derive_allowances(sub);
+    if (p.sp > 1) widen_for_plan(a, sub, sp_only);
+    for (std::int64_t r = 0; r < g.rows; ++r)
+      for (std::size_t k = 0; k < cols.size(); ++k) {
+        const auto full = static_cast<std::size_t>(g.row_base[static_cast<std::size_t>(r)] + g.col_delta[cols[k]]);
+        const auto part = static_cast<std::size_t>(r * n) + k;
+        d.allow[xo].abs[full] = a.at(xo).abs[part];
+        d.allow[xo].nan_ok[full] = a.at(xo).nan_ok[part];
+      }
+    if (d.allow.count("dweight"))
+      for (std::size_t k = 0; k < cols.size(); ++k) d.allow["dweight"].abs[cols[k]] = a.at("dweight").abs[k];
+    if (!bwd)
+      for (const char* name : {"mean", "rstd"})
+        if (a.count(name)) d.stat_allow[name].push_back(a.at(name));
+  }
+}
 
 Dialect evaluate_dialect(const ref::Case& c, const ref::Geometry& g, const Layout& lay, const Plan& p,
                          bool rank_local, bool div_world) {
@@ -146,14 +214,24 @@ Dialect evaluate_dialect(const ref::Case& c, const ref::Geometry& g, const Layou
   const auto n_el = static_cast<std::size_t>(g.rows * g.cols);
   auto& y = d.out[bwd ? "dx" : "y"];
   y.assign(n_el, 0);
+  auto& mean = d.stat_copies["mean"];
+  auto& rstd = d.stat_copies["rstd"];
+  mean.assign(static_cast<std::size_t>(p.tp), std::vector<long double>(static_cast<std::size_t>(g.rows), 0));
+  rstd = mean;
   std::vector<long double> dw(static_cast<std::size_t>(g.cols), 0), db(static_cast<std::size_t>(g.cols), 0);
   auto scale = [&](std::int64_t j) {
     return w ? static_cast<long double>(c.weight_offset) + (*w)[static_cast<std::size_t>(j)] : 1.0L;
   };
   for (std::int64_t row = 0; row < g.rows; ++row) {
     const std::int64_t base = g.row_base[static_cast<std::size_t>(row)];
-    for (const auto& cols : groups) {
+    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+      const auto& cols = groups[gi];
       const RowStats s = stats_over(c, g, row, cols, div_world, &lay, p.tp);
+      for (std::size_t t = 0; t < mean.size(); ++t) {
+        if (groups.size() > 1 && t != gi) continue;  // one group: every rank holds the same statistics
+        mean[t][static_cast<std::size_t>(row)] = s.mu;
+        rstd[t][static_cast<std::size_t>(row)] = s.r;
+      }
       auto at = [&](std::int64_t j) {
         return static_cast<std::size_t>(base + g.col_delta[static_cast<std::size_t>(j)]);
       };
@@ -185,7 +263,10 @@ Dialect evaluate_dialect(const ref::Case& c, const ref::Geometry& g, const Layou
   if (bwd) {
     d.out["dweight"] = dw;
     d.out["dbias"] = db;
+  } else if (c.op == ref::Op::rmsnorm) {
+    d.stat_copies.erase("mean");
   }
+  if (bwd) d.stat_copies.clear();
   return d;
 }
 
@@ -194,11 +275,20 @@ Dialect evaluate_dialect(const ref::Case& c, const ref::Geometry& g, const Layou
 // dialect's value: a kernel with the fault rounds its own value, which may lie in a binade of
 // larger ulp than the correct one.
 // `scale` widens the derived part for a dialect whose sums are that many times larger (R times
-// the gradient: its 16-bit reduce rounds values R times the size).
+// the gradient: its 16-bit reduce rounds values R times the size). Elements of rows holding a NaN
+// or an infinity (nan_ok) are not compared: their allowance is derived for the correct non-finite
+// value and says nothing of a dialect's finite one (rank-local statistics keep a NaN on its rank).
 double worst_ratio(const ref::Tensor& got, const std::vector<long double>& predicted,
                    const conf::OutputAllowance& a, double scale = 1) {
   double worst = 0;
   for (std::size_t i = 0; i < got.data.size() && i < predicted.size(); ++i) {
+    if (i < a.nan_ok.size() && a.nan_ok[i]) continue;
+    // the dialect's own NaN or infinity (rank-local statistics of a one-column shard with eps 0:
+    // 0/0); ulp_of is finite there, so the difference alone would read as infinitely far
+    const long double pv = predicted[i];
+    if ((std::isnan(got.data[i]) && std::isnan(pv)) || (std::isinf(got.data[i]) && got.data[i] == pv)) continue;
+    // a dialect value beyond the output dtype's range: the faulty kernel's infinity is its rounding
+    if (std::isinf(got.data[i]) && ref::round_to(static_cast<double>(pv), got.dtype) == got.data[i]) continue;
     const double al =
         scale * a.abs[i] + conf::ulp_of(std::fabs(static_cast<double>(predicted[i])), got.dtype);
     if (std::isnan(al)) continue;
@@ -450,6 +540,7 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
   std::vector<Dialect> dialects;
   if (p.tp > 1) {
     dialects.push_back(evaluate_dialect(fc.c, g, lay, p, true, false));
+    rank_local_allowances(dialects.back(), fc.c, g, lay, p);
     dialects.back().name = "rank-local statistics";
     dialects.back().explanation = fmt::format(
         "the norm's sums taken over each rank's own {} columns of {}, not all-reduced "
@@ -465,17 +556,17 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
     }
   }
   for (const auto& d : dialects) {
-    for (const auto& [oname, pred] : d.out) {
-      auto it = got.gathered.find(oname);
-      if (it == got.gathered.end() || oname == "dweight" || oname == "dbias") continue;
+    // `label`: an output (or a copy of one, "rstd[copy 1]") as res.outputs names it
+    auto match = [&](const std::string& label, const ref::Tensor& t, const std::vector<long double>& pred,
+                     const conf::OutputAllowance& a) {
       // only outputs that failed: on equal shards MiniMax's rstd is the correct one
       const auto o = std::find_if(res.outputs.begin(), res.outputs.end(), [&](const conf::OutputResult& x) {
-        return x.name == oname && x.verdict == conf::Verdict::failed;
+        return x.name == label && x.verdict == conf::Verdict::failed;
       });
-      if (o == res.outputs.end()) continue;
-      const double r = worst_ratio(it->second, pred, allow.at(oname));
+      if (o == res.outputs.end()) return;
+      const double r = worst_ratio(t, pred, a);
       if (r <= 1) {
-        lines.push_back(fmt::format("{}: {} ({}: every element within its allowance of this dialect)", oname,
+        lines.push_back(fmt::format("{}: {} ({}: every element within its allowance of this dialect)", label,
                                     d.name, d.explanation));
       } else if (r * 100 < o->max_ratio) {
         // the allowance is derived for the correct computation; a faulty one can be worse
@@ -483,8 +574,34 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
         lines.push_back(
             fmt::format("{}: closest to {} ({}: {:.3g} times its allowance from this dialect, {:.3g} "
                         "from the correct value)",
-                        oname, d.name, d.explanation, r, o->max_ratio));
+                        label, d.name, d.explanation, r, o->max_ratio));
       }
+    };
+    for (const auto& [oname, pred] : d.out) {
+      // dbias (the column sums of dy) does not depend on the statistics; dweight does, and may be
+      // the only output that shows them (one-column shards of a LayerNorm: x-hat = 0, where the
+      // correct dx of two columns is 0 too), in every sp rank's copy alike
+      auto it = got.gathered.find(oname);
+      if (it == got.gathered.end() || oname == "dbias") continue;
+      const auto& a = d.allow.count(oname) ? d.allow.at(oname) : allow.at(oname);
+      match(oname, it->second, pred, a);
+      const auto cit = got.copies.find(oname);
+      if (oname != "dweight" || cit == got.copies.end()) continue;
+      for (std::size_t k = 1; k < cit->second.size(); ++k)
+        match(fmt::format("{}[copy {}]", oname, k), cit->second[k], pred, a);
+    }
+    for (const auto& [oname, per_rank] : d.stat_copies) {
+      auto it = got.gathered.find(oname);
+      if (it == got.gathered.end() || per_rank.empty()) continue;
+      const auto sa = d.stat_allow.find(oname);
+      auto a = [&](std::size_t k) -> const conf::OutputAllowance& {
+        return sa != d.stat_allow.end() && k < sa->second.size() ? sa->second[k] : allow.at(oname);
+      };
+      match(oname, it->second, per_rank[0], a(0));
+      const auto cit = got.copies.find(oname);
+      if (cit == got.copies.end()) continue;
+      for (std::size_t k = 1; k < cit->second.size() && k < per_rank.size(); ++k)
+        match(fmt::format("{}[copy {}]", oname, k), cit->second[k], per_rank[k], a(k));
     }
   }
   // Replicated gradients: each copy against the full sum, the rank-local sum, the average and R times.

@@ -3,10 +3,8 @@
 // it a correct bfloat16 gradient all-reduce fails).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <ostream>
 #include <random>
 
@@ -181,6 +179,114 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(p.param.fault) + "_" + std::to_string(p.index);
     });
 
+namespace {
+
+// The case with only the parameters of `a` (make_case gives a LayerNorm weight and bias).
+ref::Case with_affine(ref::Case c, ref::Affine a) {
+  c.affine = a;
+  if (a == ref::Affine::none) c.inputs.erase("weight");
+  if (a != ref::Affine::weight_bias) c.inputs.erase("bias");
+  return c;
+}
+
+// The rank-local fault emulated on `c` under `plan`: FAILED, and its diagnosis says `named`.
+void expect_rank_local_named(const ref::Case& c, const char* plan, const char* named) {
+  const auto p = shard::parse_plan(plan);
+  const auto r = shard::check_sharded(fixture_of(c), p, shard::emulate(c, p, "rank_local"));
+  EXPECT_EQ(r.verdict, conf::Verdict::failed) << plan;
+  EXPECT_NE(r.message.find(named), std::string::npos) << plan << ": " << r.message;
+}
+
+}  // namespace
+
+// Rank-local statistics on rows of a large mean over a tiny spread: y and rstd are MISTRUSTED
+// (condition 1e6 in float32), so only the mean shows the fault, and the diagnosis must name it
+// there. The counterexample of `normcheck prop --candidate shard:emulation --properties
+// sharded_faults_rejected --seed 1`, which found the diagnosis predicting y and dx only ("no
+// sharding dialect explains the failure").
+TEST(Emulation, RankLocalMeanIsDiagnosedWhereYIsMistrusted) {
+  ref::Case c;
+  c.op = ref::Op::layernorm;
+  c.affine = ref::Affine::weight;
+  c.epsilon = 0x1.4f8b588e368f1p-17;
+  c.inputs["x"] = ref::Tensor{DType::float32, {2, 6}, {0x1.387ff6p+13, 0x1.388002p+13, 0x1.388016p+13,
+                                                       0x1.387ff2p+13, 0x1.387ffp+13, 0x1.38802p+13,
+                                                       0x1.387fd4p+13, 0x1.387ff6p+13, 0x1.387ffp+13,
+                                                       0x1.387ffap+13, 0x1.388024p+13, 0x1.388004p+13}};
+  c.inputs["weight"] = ref::Tensor{
+      DType::float32, {6}, {0x1.087a2ap+0, 0x1.101122p+0, 0x1.fd0f9ep-1, 0x1.12769p+0, 0x1.0bf9p+0, 0x1.9a22bep-1}};
+  expect_rank_local_named(c, "tp=3", "mean: rank-local statistics");
+}
+
+// ... and where only a small shard's copy shows it: tp=15+1 on rows of mean 1000, spread 0.007
+// (condition 1.4e5): rank 0's 15 columns give a mean within the allowance, rank 1's one column
+// does not (its rstd is 1/sqrt(eps)). The copies of mean and rstd are compared with each rank's
+// own statistics (the third counterexample of sharded_faults_rejected, seed 1).
+TEST(Emulation, RankLocalStatisticsAreDiagnosedInTheCopies) {
+  std::mt19937_64 rng(19);
+  ref::Case c = make_case(rng, ref::Op::layernorm, DType::float32, false, 5, 16);
+  c.inputs.at("x").data = normal(rng, 80, 1000, 0.007, DType::float32);
+  expect_rank_local_named(c, "tp=15+1", "mean[copy 1]: rank-local statistics");
+}
+
+// Rank-local statistics with a NaN in one rank's columns: the other rank's columns of that row
+// stay finite (the NaN never meets the all-reduce), where the correct dx is NaN. The dialect must
+// still be named from the finite rows: the NaN row's allowances are derived for NaN and say nothing
+// of the dialect's finite values (the second counterexample of sharded_faults_rejected, seed 1).
+TEST(Emulation, RankLocalIsDiagnosedBesideANaNRow) {
+  std::mt19937_64 rng(17);
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float32, true, 2, 6), ref::Affine::weight);
+  c.inputs.at("x").data[10] = std::nan("");
+  expect_rank_local_named(c, "tp=2", "dx: rank-local statistics");
+}
+
+// Rank-local statistics over a one-column shard with epsilon 0: that rank's variance is 0, its
+// rstd infinite and its dx NaN, as the dialect predicts; the NaN must count as the dialect's own
+// value, not as infinitely far from it (the fourth counterexample of sharded_faults_rejected).
+TEST(Emulation, RankLocalIsDiagnosedWhereItsOwnValueIsNaN) {
+  std::mt19937_64 rng(23);
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float32, true, 2, 4), ref::Affine::none);
+  c.epsilon = 0;
+  expect_rank_local_named(c, "tp=1+3", "dx: rank-local statistics");
+}
+
+// Rank-local statistics over one-column shards of a two-column LayerNorm backward: x-hat is 0 on
+// every rank, so dx is 0, which is also the correct dx of two columns; only dweight (0 instead of
+// sum dy x-hat) shows the fault, in each sp rank's copy (the fifth counterexample of
+// sharded_faults_rejected, seed 1, which the judge's panel explained as statistics over the last
+// dim only: the same computation there, but not the sharding fault).
+TEST(Emulation, RankLocalIsDiagnosedInDweight) {
+  std::mt19937_64 rng(29);
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float32, true, 4, 2), ref::Affine::weight);
+  expect_rank_local_named(c, "tp=1+1,sp=2", "dweight: rank-local statistics");
+  expect_rank_local_named(c, "tp=1+1,sp=2", "dweight[copy 1]: rank-local statistics");
+}
+
+// Rank-local statistics over two-column shards of rows in [256, 2000]: each rank's LayerNorm
+// backward of two columns is 0 by cancellation, and its float32 rounding error (r times an ulp
+// of dy, r up to 1/|x1 - x0|) is far beyond the full row's allowance. The dialect is judged with
+// the allowance of its own computation, each rank's norm over its columns (the sixth
+// counterexample of sharded_faults_rejected, seed 1, at test 2875 of 10000: "no sharding dialect").
+TEST(Emulation, RankLocalIsJudgedWithItsOwnAllowance) {
+  std::mt19937_64 rng(31);
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float32, true, 255, 10), ref::Affine::none);
+  std::uniform_real_distribution<double> wide(256, 2000);
+  for (auto& v : c.inputs.at("x").data) v = ref::round_to(wide(rng), DType::float32);
+  expect_rank_local_named(c, "tp=5", "dx: rank-local statistics");
+}
+
+// Rank-local statistics of zero rows with epsilon 1e-12 in float16: rstd is 1e6, and both the
+// correct dx and the dialect's overflow float16 (with different signs): the faulty kernel's
+// infinity is the dialect's value rounded, not infinitely far from it (the seventh
+// counterexample of sharded_faults_rejected, seed 1, at test 5599 of 10000).
+TEST(Emulation, RankLocalIsDiagnosedWhereItsValueOverflows) {
+  std::mt19937_64 rng(37);
+  ref::Case c = with_affine(make_case(rng, ref::Op::layernorm, DType::float16, true, 2, 8), ref::Affine::weight);
+  c.epsilon = 0x1.19799812dea11p-40;
+  for (auto& v : c.inputs.at("x").data) v = 0;
+  expect_rank_local_named(c, "tp=5", "dx: rank-local statistics");
+}
+
 // MiniMax's division by the world size is exact for equal shards: no false alarm there.
 TEST(Emulation, DivWorldIsRightForEqualShards) {
   std::mt19937_64 rng(3);
@@ -221,35 +327,22 @@ TEST(Check, StatusOfACaseThatProducedNothing) {
 // Each fault over random plans where it applies: how often the check rejects it, and how often
 // the diagnosis then names it. Printed (README.md, "Emulation") and held to what was measured.
 TEST(Emulation, FaultsOverRandomPlans) {
-  struct Fault {
-    const char* name;
-    const char* diagnosis;
-    bool tp, backward, rms_only;
-  };
-  const Fault faults[] = {{"rank_local", "rank-local statistics", true, false, false},
-                          {"div_world", "sum of squares divided by the world size", true, false, true},
-                          {"not_reduced", ": rank-local: the sum over sp rank", false, true, false},
-                          {"averaged", ": averaged:", false, true, false},
-                          {"reduced_twice", ": multiplied by", false, true, false}};
   std::mt19937_64 rng(13);
-  for (const auto& f : faults) {
+  for (const auto& f : shard::emulated_faults()) {
     int runs = 0, rejected = 0, named = 0;
     for (int i = 0; i < 150; ++i) {
       const auto op = f.rms_only || rng() % 2 ? ref::Op::rmsnorm : ref::Op::layernorm;
       const DType dt = rng() % 2 ? DType::float32 : DType::bfloat16;
-      const bool bwd = f.backward || rng() % 2;
+      const bool bwd = !f.tp || rng() % 2;
       const std::int64_t rows = 2 + static_cast<std::int64_t>(rng() % 12);
       const std::int64_t cols = 8 + static_cast<std::int64_t>(rng() % 120);
       const ref::Case c = make_case(rng, op, dt, bwd, rows, cols, rng() % 2 ? 0.0 : 3.0);
       const int r = 2 + static_cast<int>(rng() % 5);
       if (!f.tp && r > rows) continue;
-      auto sizes = random_split(rng, f.tp ? cols : rows, r);
-      if (std::string(f.name) == "div_world" &&
-          std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) == sizes.end())
-        continue;  // equal shards: MiniMax's division is right there
-      std::string text = (f.tp ? "tp=" : "sp=") + sizes_text(sizes);
+      std::string text = (f.tp ? "tp=" : "sp=") + sizes_text(random_split(rng, f.tp ? cols : rows, r));
       if (!f.tp && rng() % 2) text += ",reduce=bfloat16";
       const auto plan = shard::parse_plan(text);
+      if (!shard::fault_inapplicable(f, c, plan).empty()) continue;  // MiniMax on equal shards is right
       const auto res = shard::check_sharded(fixture_of(c), plan, shard::emulate(c, plan, f.name));
       ++runs;
       if (res.verdict != conf::Verdict::failed) continue;
@@ -257,9 +350,9 @@ TEST(Emulation, FaultsOverRandomPlans) {
       const bool ok = res.message.find(f.diagnosis) != std::string::npos;
       named += ok;
       if (!ok)
-        std::printf("  %s %s %s: %s\n", f.name, text.c_str(), ref::name_of(dt).data(), res.message.c_str());
+        std::printf("  %s %s %s: %s\n", f.name.c_str(), text.c_str(), ref::name_of(dt).data(), res.message.c_str());
     }
-    std::printf("%-14s %3d random plans: %3d rejected, %3d of them diagnosed as the fault\n", f.name, runs,
+    std::printf("%-14s %3d random plans: %3d rejected, %3d of them diagnosed as the fault\n", f.name.c_str(), runs,
                 rejected, named);
     EXPECT_EQ(named, rejected) << f.name;
     EXPECT_GE(rejected, runs * 9 / 10) << f.name;

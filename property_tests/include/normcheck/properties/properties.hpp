@@ -12,8 +12,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
@@ -59,6 +61,14 @@ struct Property {
   std::function<void(Context&)> test;
 };
 const std::vector<Property>& properties();
+
+// Sharded norms on the C++ emulation of shard plans (conformance/sharding/): properties of the
+// sharded check itself, with shard plans drawn beside the cases. No candidate runs; the spec
+// `shard:emulation` stands for the emulation (make_shard_emulation), and `normcheck prop
+// --candidate shard:emulation` runs these properties and only these.
+inline constexpr std::string_view kShardEmulation = "shard:emulation";
+const std::vector<Property>& shard_properties();
+std::unique_ptr<conf::Candidate> make_shard_emulation();
 
 struct Options {
   int tests = 100;                // successful tests per property

@@ -83,6 +83,20 @@ conf::CaseResult check_sharded(const fix::FixtureCase& fc, const Plan& p, const 
 // not_reduced, averaged, reduced_twice. Copies come out as the ranks would hold them.
 ShardedOutputs emulate(const ref::Case& c, const Plan& p, const std::string& fault = "");
 
+// The faults `emulate` plants (the bundled torch mutants' faults, README.md "Diagnosis"), with
+// what check_sharded's diagnosis says of each (a part of its message) and where each is a fault.
+struct EmulatedFault {
+  std::string name;       // emulate()'s `fault`
+  std::string diagnosis;  // in check_sharded's message when the fault is named
+  bool tp = false;        // a fault of the tp statistics' all-reduce (else of the sp gradients')
+  bool rms_only = false;  // MiniMax's TP RMSNorm
+};
+const std::vector<EmulatedFault>& emulated_faults();
+// Why `f` changes nothing the plan computes on the case ("" where it is a fault): the tp faults
+// need tp ranks (MiniMax's division by the world size is also exact on equal shards), the sp
+// gradient faults sp ranks and a backward case with parameters.
+std::string fault_inapplicable(const EmulatedFault& f, const ref::Case& c, const Plan& p);
+
 // Reads case `id` of a sharded outputs file (fixtures/SCHEMA.md, "Sharded outputs"), with its
 // plan; throws fix::FixtureError naming file, case and field.
 ShardedOutputs read_sharded(const std::string& path, const std::string& id, std::string* plan_text);

@@ -1,0 +1,228 @@
+// Sharded norms on the C++ emulation of shard plans (conformance/sharding/, README.md "Sharded
+// norms on the emulation"): plans drawn and shrunk by RapidCheck, the emulated correct
+// computation held to the unsharded certified reference by check_sharded (the tolerance model
+// plus the sharding term, nothing else), and each planted fault rejected with its diagnosis.
+// No candidate runs: `normcheck prop --candidate shard:emulation`.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <rapidcheck.h>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+
+#include "normcheck/conformance/runner.hpp"
+#include "normcheck/judge/tolerance.hpp"
+#include "normcheck/properties/properties.hpp"
+#include "normcheck/sharding/shard.hpp"
+#include "property_support.hpp"
+
+namespace normcheck::prop {
+namespace {
+
+using namespace detail;
+
+// What the emulation computes (shard::emulate): plain norms in float32 compute, x, parameters
+// and outputs in any 16- or 32-bit float, the exact contract (it rounds once per output, as a
+// correct kernel may). General axes are drawn so that QK-norm over [heads, head_dim] (axis -2)
+// comes up; channels-first layouts are discarded by draw_plan (normalized dims not trailing).
+class ShardEmulation final : public conf::Candidate {
+ public:
+  ShardEmulation() {
+    info_.name = std::string(kShardEmulation);
+    info_.kind = conf::CandidateKind::correct;
+    info_.description =
+        "the C++ emulation of shard plans (conformance/sharding/src/emulate.cpp): the bundled torch "
+        "implementation's arithmetic rank by rank, correct and with each planted sharding fault";
+    info_.caps.dtypes = {ref::DType::float32, ref::DType::bfloat16, ref::DType::float16};
+    info_.caps.compute_dtypes = {ref::DType::float32};
+    info_.caps.contracts = {"exact"};
+    info_.caps.residual = false;
+    info_.caps.blocks = false;
+  }
+  const conf::CandidateInfo& info() const override { return info_; }
+  // Its properties draw a plan with each case and call shard::emulate; a case alone is not
+  // something it runs.
+  conf::Outputs run(const ref::Case&) override {
+    throw conf::CandidateError(
+        fmt::format("{0} runs shard plans through its own properties (normcheck prop --list --candidate {0})",
+                    kShardEmulation));
+  }
+
+ private:
+  conf::CandidateInfo info_;
+};
+
+// The reference's cost dominates a test, and the plans need no more than this: rows up to 4096
+// of up to 4 elements, or hidden sizes up to the limit over few rows.
+CaseLimits sharded_limits(const Context& ctx) {
+  CaseLimits lim = ctx.limits;
+  lim.max_elements = 1 << 14;
+  lim.many_rows = false;
+  return lim;
+}
+
+// Sizes of `parts` contiguous shards of `n` elements: "R" (numpy.array_split's, the first n % R
+// one larger) or drawn sizes s1+...+sR, each >= 1 (unequal shards). Shrinks towards "R".
+std::string draw_split(std::int64_t n, int parts, const std::string& what) {
+  if (n < parts) RC_DISCARD(fmt::format("{} has {} elements, fewer than its {} ranks", what, n, parts));
+  if (draw_index(2) == 0) return std::to_string(parts);
+  std::vector<std::int64_t> sizes;
+  std::int64_t left = n;
+  for (int k = 0; k + 1 < parts; ++k) {
+    // leave at least one element for each later shard
+    const auto s =
+        1 + static_cast<std::int64_t>(draw_index(static_cast<std::size_t>(left - (parts - 1 - k))));
+    sizes.push_back(s);
+    left -= s;
+  }
+  sizes.push_back(left);
+  return fmt::format("{}", fmt::join(sizes, "+"));
+}
+
+// A shard plan for the case (conformance/sharding/README.md, "Shard plans"): tp (2-8 ranks), sp
+// (2-8 ranks, over any row dim: QK-norm per head is sp over the heads) or both (a grid of at
+// most 8 ranks); equal or unequal contiguous shards; the gradients' all-reduce in float32 or
+// bfloat16, the dtypes the runtime offers. Shrinks towards tp=2. Plans that do not fit the case
+// (more ranks than elements along a split dim) are discarded. `need` (a fault's) restricts the
+// plan to those with tp ranks (tp, both) or with sp ranks (sp, both).
+enum class Need { any, tp, sp };
+shard::Plan draw_plan(const ref::Case& c, Need need = Need::any) {
+  const auto g = ref::geometry_of(c);
+  const auto rank = static_cast<std::int64_t>(g.shape.size()),
+             k = static_cast<std::int64_t>(g.norm_dims.size());
+  for (std::int64_t i = 0; i < k; ++i)
+    if (g.norm_dims[static_cast<std::size_t>(i)] != rank - k + i)
+      RC_DISCARD("the normalized dims are not trailing (sharded cases normalize trailing dims)");
+  const std::int64_t first = rank - k;  // tp splits this dim; sp one of the dims before it
+  enum Kind { tp, sp, both };
+  const Kind kind = draw_from(need == Need::tp   ? std::vector<Kind>{tp, both}
+                              : need == Need::sp ? std::vector<Kind>{sp, both}
+                                                 : std::vector<Kind>{tp, sp, both});
+  int T = 1, S = 1;
+  if (kind == tp) T = 2 + static_cast<int>(draw_index(7));
+  if (kind == sp) S = 2 + static_cast<int>(draw_index(7));
+  if (kind == both)
+    std::tie(T, S) = draw_from(std::vector<std::pair<int, int>>{{2, 2}, {2, 3}, {3, 2}, {2, 4}, {4, 2}});
+  std::vector<std::string> items;
+  if (T > 1)
+    items.push_back("tp=" +
+                    draw_split(g.shape[static_cast<std::size_t>(first)], T, fmt::format("dim {}", first)));
+  if (S > 1) {
+    if (first == 0) RC_DISCARD("no row dim for sp to split");
+    const auto dim = static_cast<std::int64_t>(draw_index(static_cast<std::size_t>(first)));
+    items.push_back("sp=" +
+                    draw_split(g.shape[static_cast<std::size_t>(dim)], S, fmt::format("dim {}", dim)));
+    if (dim != 0) items.push_back(fmt::format("sp_dim={}", dim));
+    if (draw_index(2) == 1) items.push_back("reduce=bfloat16");
+  }
+  return shard::parse_plan(fmt::format("{}", fmt::join(items, ",")));
+}
+
+// The allowances check_sharded judges with: the tolerance model's, widened by the sharding term.
+std::map<std::string, conf::OutputAllowance> sharded_allowances(const ref::Case& c, const shard::Plan& p) {
+  auto allow = conf::derive_allowances(c);
+  shard::widen_for_plan(allow, c, p);
+  return allow;
+}
+
+void sharded_agreement(Context& ctx) {
+  const auto d = draw_case(ctx.cand.info().caps, sharded_limits(ctx));
+  const auto plan = draw_plan(d.c);
+  const auto res = shard::check_sharded(reference_case(d.c, "prop"), plan, shard::emulate(d.c, plan));
+  if (res.verdict != conf::Verdict::passed && res.verdict != conf::Verdict::mistrusted)
+    fail(ctx, d.c, d.family,
+         fmt::format("plan {}: the correct sharded computation is {}", plan.text, conf::describe(res)),
+         std::nullopt, false);
+}
+
+// Where the faulty outputs (gathered and every rank's copy) lie more than twice the allowance
+// plus an ulp from the correct emulation's: the correct ones are within allowance + ulp of the
+// exact value (sharded_agreement; the ulp where the rounding is undecided), so such an element is
+// beyond its allowance and the fault must be rejected. Nearer, a correct kernel's error may hide
+// it: such a draw tests nothing. Returns the first such element, described.
+std::optional<std::string> visible_effect(const shard::ShardedOutputs& correct,
+                                          const shard::ShardedOutputs& faulty,
+                                          const std::map<std::string, conf::OutputAllowance>& allow) {
+  auto compare = [&](const std::string& what, const ref::Tensor& c, const ref::Tensor& f,
+                     const conf::OutputAllowance& a) -> std::optional<std::string> {
+    for (std::size_t i = 0; i < c.data.size() && i < f.data.size() && i < a.abs.size(); ++i) {
+      if (std::isnan(a.abs[i]) || !std::isfinite(c.data[i]) || !std::isfinite(f.data[i])) continue;
+      const double bound = 2 * (a.abs[i] + conf::ulp_of(std::fabs(c.data[i]), c.dtype));
+      if (std::fabs(f.data[i] - c.data[i]) > bound)
+        return fmt::format(
+            "{} element {} is {} where the correct computation gives {}, more than twice its "
+            "allowance {} plus an ulp apart",
+            what, i, value_text(f.data[i], f.dtype), value_text(c.data[i], c.dtype), a.abs[i]);
+    }
+    return std::nullopt;
+  };
+  for (const auto& [name, f] : faulty.gathered) {
+    const auto a = allow.find(name);
+    const auto c = correct.gathered.find(name);
+    if (a == allow.end() || c == correct.gathered.end()) continue;
+    if (auto why = compare(name, c->second, f, a->second)) return why;
+    const auto fc = faulty.copies.find(name), cc = correct.copies.find(name);
+    if (fc == faulty.copies.end() || cc == correct.copies.end()) continue;
+    for (std::size_t k = 1; k < fc->second.size() && k < cc->second.size(); ++k)
+      if (auto why = compare(fmt::format("{} copy {}", name, k), cc->second[k], fc->second[k], a->second))
+        return why;
+  }
+  return std::nullopt;
+}
+
+// The fault is drawn first (each as often), then a case and a plan where it can apply: the
+// gradient faults need a backward case with parameters and sp ranks, which a plan drawn for any
+// case has in one test of ten.
+void sharded_faults_rejected(Context& ctx) {
+  const auto& f = draw_from(shard::emulated_faults());
+  CaseLimits lim = sharded_limits(ctx);
+  if (f.rms_only) lim.ops = {ref::Op::rmsnorm};
+  if (!f.tp) {
+    lim.directions = {ref::Direction::backward};
+    lim.affines = {ref::Affine::weight, ref::Affine::weight_bias};
+  }
+  const auto d = draw_case(ctx.cand.info().caps, lim);
+  const auto plan = draw_plan(d.c, f.tp ? Need::tp : Need::sp);
+  if (const auto why = shard::fault_inapplicable(f, d.c, plan); !why.empty())
+    RC_DISCARD(fmt::format("fault {} does not apply: {}", f.name, why));
+  const auto faulty = shard::emulate(d.c, plan, f.name);
+  const auto effect = visible_effect(shard::emulate(d.c, plan), faulty, sharded_allowances(d.c, plan));
+  if (!effect) RC_DISCARD("the fault moves no output beyond twice its allowance on this draw");
+  const auto res = shard::check_sharded(reference_case(d.c, "prop"), plan, faulty);
+  if (res.verdict != conf::Verdict::failed)
+    fail(ctx, d.c, d.family,
+         fmt::format("fault {} on plan {} is not rejected, though {}: {}", f.name, plan.text, *effect,
+                     conf::describe(res)),
+         std::nullopt, false);
+  if (res.message.find(f.diagnosis) == std::string::npos)
+    fail(
+        ctx, d.c, d.family,
+        fmt::format("fault {} on plan {} is rejected, but the diagnosis does not name it ('{}' expected): {}",
+                    f.name, plan.text, f.diagnosis, conf::describe(res)),
+        std::nullopt, false);
+}
+
+}  // namespace
+
+std::unique_ptr<conf::Candidate> make_shard_emulation() { return std::make_unique<ShardEmulation>(); }
+
+const std::vector<Property>& shard_properties() {
+  static const std::vector<Property> all{
+      {"sharded_agreement",
+       "the correct sharded computation (emulated; drawn tp/sp plans of 2-8 ranks, equal and unequal "
+       "shards, float32 or bfloat16 gradient all-reduce) agrees with the unsharded certified reference "
+       "within the tolerance model plus the sharding term, every rank's copy bit-identical",
+       sharded_agreement},
+      {"sharded_faults_rejected",
+       "each planted sharding fault (rank-local statistics, sum of squares over the world size, "
+       "gradients not reduced, averaged, reduced twice) that moves an output beyond twice its allowance "
+       "is FAILED and diagnosed as that fault",
+       sharded_faults_rejected},
+  };
+  return all;
+}
+
+}  // namespace normcheck::prop
