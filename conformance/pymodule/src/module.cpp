@@ -80,8 +80,10 @@ ref::Tensor tensor_of(const py::array& a, const std::string& dtype_name, const s
   out.dtype = t;
   for (py::ssize_t d = 0; d < a.ndim(); ++d) out.shape.push_back(static_cast<std::int64_t>(a.shape(d)));
   const auto n = static_cast<std::size_t>(a.size());
-  out.data.resize(n);
   const auto* p = static_cast<const unsigned char*>(a.data());
+  // The caller's array stays alive (`a` holds it); the copy runs without the GIL.
+  py::gil_scoped_release nogil;
+  out.data.resize(n);
   for (std::size_t i = 0; i < n; ++i) out.data[i] = ref::load_native(p + i * item, t);
   return out;
 }
@@ -152,8 +154,9 @@ void keep_outputs(fix::FixtureCase& fc, const std::vector<std::string>& names) {
       for (const auto& [k, v] : fc.expected) have += (have.empty() ? "" : ", ") + k;
       throw ArgError("outputs: '" + n + "' is not an output of this case (it has " + have + ")");
     }
-    kept.emplace(n, it->second);
+    kept.emplace(n, std::move(it->second));
   }
+  py::gil_scoped_release nogil;  // freeing the outputs not kept (megabytes for a large case)
   fc.expected = std::move(kept);
 }
 
