@@ -158,6 +158,10 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
                                              r.flushed_elements, r.flushed_elements == 1 ? "" : "s", r.flushed_tests,
                                              r.flushed_tests == 1 ? "" : "s")
                                : std::string());
+    // Where the time went when one test stands out (a heavy drawn case: the certified backward
+    // of a large one, a deep Ziv loop): on its own line, the results file has it always.
+    if (r.slowest_seconds >= 1.0)
+      fmt::print("    slowest test {:.1f} s: {}\n", r.slowest_seconds, r.slowest_case);
     Json jp;
     jp["name"] = r.name;
     jp["description"] = r.description;
@@ -229,6 +233,8 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     }
     jp["shrinks"] = r.shrinks;
     jp["seconds"] = r.seconds;
+    if (r.slowest_seconds > 0)
+      jp["slowest_test"] = Json{{"seconds", r.slowest_seconds}, {"case", r.slowest_case}};
     if (r.flushed_tests) {
       jp["flushed_tests"] = r.flushed_tests;
       jp["flushed"] = r.flushed_elements;

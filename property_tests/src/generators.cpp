@@ -376,7 +376,14 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
   }
   d.family = family;
   if (auto why = conf::unsupported_reason(caps, d.c)) RC_DISCARD("candidate declines: " + *why);
+  std::string& drawn = drawn_cases();
+  drawn += (drawn.empty() ? "" : "; ") + case_summary(d.c, d.family);
   return d;
+}
+
+std::string& drawn_cases() {
+  thread_local std::string drawn;
+  return drawn;
 }
 
 std::string case_summary(const ref::Case& c, const std::string& family) {

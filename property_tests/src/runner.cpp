@@ -107,9 +107,16 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
     // A replay (--reproduce) runs the case again along its shrink path; the counts are those of
     // the last run, the replayed case.
     if (!opt.reproduce.empty()) r.flushed_tests = r.flushed_elements = 0;
+    drawn_cases().clear();
+    const auto t_test = std::chrono::steady_clock::now();
     try {
       p.test(ctx);
       ++passed;
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_test).count();
+      if (took > r.slowest_seconds) {
+        r.slowest_seconds = took;
+        r.slowest_case = drawn_cases();
+      }
       outcome = rc::detail::CaseResult(rc::detail::CaseResult::Type::Success, "");
     } catch (const rc::detail::CaseResult& c) {
       outcome = c;

@@ -49,11 +49,19 @@ cat "$dir/repro.log"
 grep -q '^FAILED *fused_residual' "$dir/repro.log" || fail "the reproduce command did not fail the property"
 # The same string against a correct kernel: the case no longer fails, a verdict (exit 0), not an error.
 repro_ok=$(printf "%s" "$repro" | sed "s/builtin:mut_residual_out_missing_bias/builtin:cpu_welford/")
-eval "\"$nc\" ${repro_ok#normcheck }" > "$dir/repro_ok.log" 2>&1
+eval "\"$nc\" ${repro_ok#normcheck } --json \"$dir/ok.json\"" > "$dir/repro_ok.log" 2>&1
 rc=$?
 cat "$dir/repro_ok.log"
 [ $rc -eq 0 ] || fail "the reproduce command on a correct kernel exited $rc, expected 0"
 grep -q '^PASSED *fused_residual *1 tests' "$dir/repro_ok.log" || fail "the reproduce command on a correct kernel did not say the case passes"
+# Its one passed test is the slowest: its time and the case it drew, in the results file.
+/usr/bin/python3 - "$dir/ok.json" <<'PY' || fail "slowest_test in the results file"
+import json, sys
+p = json.load(open(sys.argv[1]))["properties"][0]
+s = p["slowest_test"]
+assert 0 < s["seconds"] <= p["seconds"], p
+assert s["case"].split()[0] in ("layernorm", "rmsnorm") and "shape [" in s["case"], s
+PY
 
 # Bad input: exit 2 with a message, nothing written.
 "$nc" prop --candidate builtin:no_such_kernel > /dev/null 2>&1; [ $? -eq 2 ] || fail "unknown candidate"

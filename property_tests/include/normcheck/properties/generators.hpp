@@ -77,4 +77,8 @@ std::int64_t draw_rows(std::int64_t hidden, std::int64_t max_elements, bool many
 // One line describing a case: op, shape, axes, dtypes, contract, epsilon, family.
 std::string case_summary(const ref::Case& c, const std::string& family = "");
 
+// The cases draw_case has drawn on this thread since the last clear, as case_summary lines
+// joined by "; " (the runner clears it before each test and keeps it for the slowest test).
+std::string& drawn_cases();
+
 }  // namespace normcheck::prop

@@ -97,6 +97,10 @@ struct PropertyResult {
   // Tests (and elements) that passed only because the candidate declares flush-to-zero outputs
   // (conf::CheckOptions): counted by `agreement`, which compares with the reference.
   std::int64_t flushed_tests = 0, flushed_elements = 0;
+  // The slowest test that passed: its seconds (candidate, reference and judge together) and the
+  // case(s) it drew (drawn_cases()); 0 and "" when none passed.
+  double slowest_seconds = 0;
+  std::string slowest_case;
 };
 
 PropertyResult run_property(const Property& p, conf::Candidate& cand, const Options& opt);
