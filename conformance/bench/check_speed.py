@@ -7,9 +7,12 @@ then times, on the same datasets:
      verdicts, metrics)
   2. h5py reads of the same datasets (inputs/, expected/, expected_f64/, certified/, outputs/)
      per case, then numpy.allclose(got, exact) (the usual test: fixed rtol/atol, no verdicts)
-and prints elements compared per second for both.
+  3. with --read-baseline: fixtures_read_baseline, plain H5Dread of every dataset of every case
+     of both files into native buffers (the I/O floor: no checksum, no conversion, no verdicts)
+and prints elements compared per second for each.
 
 usage: check_speed.py --normcheck build/bin/normcheck --fixtures out/ci.h5 [--repeat 3]
+                      [--read-baseline build/fixtures/bench/fixtures_read_baseline]
 """
 import argparse
 import os
@@ -67,6 +70,7 @@ def main():
     ap.add_argument("--normcheck", required=True)
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--read-baseline", help="fixtures_read_baseline executable: also time the I/O floor")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         outputs = os.path.join(tmp, "outputs.h5")
@@ -81,10 +85,22 @@ def main():
 
         t_check, _ = best_of(run_check, a.repeat)
         t_np, (n_np, ok) = best_of(lambda: numpy_baseline(a.fixtures, outputs), a.repeat)
+        t_floor = None
+        if a.read_baseline:
+            r = subprocess.run([a.read_baseline, a.fixtures, outputs, "--repeat", str(a.repeat)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if r.returncode != 0:
+                sys.exit(f"read baseline failed ({r.returncode}): {r.stderr.strip()}")
+            fields = dict(kv.split("=") for kv in r.stdout.split())
+            t_floor = float(fields["read_seconds"])
+            floor_bytes = int(fields["bytes"])
     print(f"fixtures: {a.fixtures}, {elements} output elements, best of {a.repeat}")
     print(f"normcheck check:        {t_check:7.2f} s  {elements / t_check / 1e6:8.2f} M elements/s")
     print(f"h5py + numpy.allclose:  {t_np:7.2f} s  {n_np / t_np / 1e6:8.2f} M elements/s  (all close: {ok})")
     print(f"ratio (normcheck / numpy speed): {t_np / t_check:.2f}")
+    if t_floor is not None:
+        print(f"I/O floor (H5Dread of every dataset of both files, {floor_bytes / 2**20:.1f} MiB): {t_floor:7.2f} s")
+        print(f"ratio (normcheck check / I/O floor): {t_check / t_floor:.2f}")
 
 
 if __name__ == "__main__":
