@@ -244,9 +244,10 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
       std::min<std::size_t>(candidates.size(), opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : hw);
   std::mutex report;
   const auto t_start = std::chrono::steady_clock::now();
-  // The next case is read (HDF5, one thread at a time) while the candidates run on this one.
-  auto load = [&](std::size_t i) { return reader.read_case(ids[i]); };
-  std::future<fix::FixtureCase> next;
+  // The next case is read (HDF5, one thread at a time) while the candidates run on this one;
+  // its checksums and conversions are done here, so they overlap the read after it.
+  auto load = [&](std::size_t i) { return reader.read_case_later(ids[i]); };
+  std::future<fix::PendingCase> next;
   if (!ids.empty()) next = std::async(std::launch::async, load, 0);
   for (std::size_t ci = 0; ci < ids.size(); ++ci) {
     const std::string& id = ids[ci];
@@ -254,8 +255,9 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
     std::map<std::string, OutputAllowance> allow_any;  // any correct algorithm
     std::map<Reduction, std::map<std::string, OutputAllowance>> declared;
     try {
-      fc = next.get();
+      fix::PendingCase pending = next.get();
       if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
+      fc = std::move(pending).finish_checked();  // a damaged fixture stops the run (exit 2)
       if (!fc.c.quant) {  // quantized cases derive their own allowances (check_quant_case)
         allow_any = derive_allowances(fc.c);
         for (const auto& r : classes) declared[r] = derive_allowances(fc.c, r);
@@ -357,22 +359,28 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
   std::vector<std::string> ids;
   for (const auto& id : fids)
     if (selected(id, opt.case_globs)) ids.push_back(id);
-  // Reading (HDF5, one thread at a time) runs one case ahead of deriving and checking.
-  using Pair = std::pair<fix::FixtureCase, std::optional<fix::OutputsCase>>;
+  // Reading (HDF5, one thread at a time) runs one case ahead of deriving and checking; the
+  // checksums and conversions of what it read are done on this thread, beside the next read.
+  using Pending = std::pair<fix::PendingCase, std::optional<fix::PendingCase>>;
   auto load = [&](std::size_t i) {
-    Pair p;
-    p.first = fixtures.read_case(ids[i]);
-    if (std::binary_search(oids.begin(), oids.end(), ids[i])) p.second = outputs.read_outputs_case(ids[i]);
+    Pending p;
+    p.first = fixtures.read_case_later(ids[i]);
+    if (std::binary_search(oids.begin(), oids.end(), ids[i])) p.second = outputs.read_outputs_case_later(ids[i]);
     return p;
   };
-  std::future<Pair> next;
+  using Pair = std::pair<fix::FixtureCase, std::optional<fix::OutputsCase>>;
+  std::future<Pending> next;
   if (!ids.empty()) next = std::async(std::launch::async, load, 0);
   for (std::size_t ci = 0; ci < ids.size(); ++ci) {
     const std::string& id = ids[ci];
     Pair loaded;
     try {
-      loaded = next.get();
+      Pending pending = next.get();
       if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
+      // A damaged fixture stops the run. An outputs file's attributes are not ours (SCHEMA.md:
+      // a checksum copied with the expected values it replaced is ignored, like any other).
+      loaded.first = std::move(pending.first).finish_checked();
+      if (pending.second) loaded.second = std::move(*pending.second).finish_outputs(nullptr);
     } catch (const fix::FixtureError& e) {
       // A broken outputs file is the user's input error; a broken fixture file stops the run.
       if (next.valid()) next.wait();

@@ -48,7 +48,7 @@ AuditResult functional_audit(const Checkpoint& ckpt, const std::vector<Profile>&
   const fix::FixtureReader reader(fixtures_path);
   std::vector<std::string> passed, skipped;
   for (const auto& id : reader.case_ids()) {
-    const fix::FixtureCase fc = reader.read_case(id);
+    const fix::FixtureCase fc = reader.read_case_later(id).finish_checked();  // a damaged fixture: exit 2
     if (fc.c.affine == ref::Affine::none || fc.c.block != ref::Block::none || fc.c.direction != ref::Direction::forward) {
       skipped.push_back(id);
       continue;

@@ -180,6 +180,24 @@ assert len(whole) == 1 and whole[0]["verdict"] == "UNSUPPORTED", whole
 PY
 expect check-alien 2 "case not_a_case is not in the fixture file" -- check --fixtures "$fx" --outputs "$tmp/alien.h5"
 expect check-not-hdf5 2 "is not an HDF5 file" -- check --fixtures "$fx" --outputs "$tmp/text.h5"
+# A damaged fixture file (one bit of a certified binary64 value flipped on disk): check and run
+# stop with exit 2 naming the dataset, rather than judge the candidate against changed values.
+cp "$fx" "$tmp/damaged.h5"
+damaged_case="$("$python" - "$tmp/damaged.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    cid = sorted(f["cases"])[0]
+    off = f[f"cases/{cid}/expected_f64"][sorted(f[f"cases/{cid}/expected_f64"])[0]].id.get_offset()
+with open(sys.argv[1], "r+b") as fh:
+    fh.seek(off + 2)
+    b = fh.read(1)
+    fh.seek(off + 2)
+    fh.write(bytes([b[0] ^ 0x04]))
+print(cid)
+PY
+)"
+expect check-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- check --fixtures "$tmp/damaged.h5" --outputs "$tmp/perfect.h5"
+expect run-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- run --fixtures "$tmp/damaged.h5" --candidate builtin:cpu_welford --cases "$damaged_case"
 expect check-empty-glob 1 "nothing was checked" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*'
 expect check-empty-glob-allowed 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*' --allow-empty
 
