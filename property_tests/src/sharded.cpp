@@ -31,12 +31,20 @@ using namespace detail;
 // comes up; channels-first layouts are discarded by draw_plan (normalized dims not trailing).
 class ShardEmulation final : public conf::Candidate {
  public:
-  ShardEmulation() {
-    info_.name = std::string(kShardEmulation);
-    info_.kind = conf::CandidateKind::correct;
+  // `fault`: "" (correct), or a fault of shard::emulated_faults() planted in sharded_agreement.
+  explicit ShardEmulation(std::string fault) : fault_(std::move(fault)) {
+    info_.name = std::string(kShardEmulation) + (fault_.empty() ? "" : ":" + fault_);
+    info_.kind = fault_.empty() ? conf::CandidateKind::correct : conf::CandidateKind::mutant;
     info_.description =
-        "the C++ emulation of shard plans (conformance/sharding/src/emulate.cpp): the bundled torch "
-        "implementation's arithmetic rank by rank, correct and with each planted sharding fault";
+        fault_.empty()
+            ? "the C++ emulation of shard plans (conformance/sharding/src/emulate.cpp): the bundled torch "
+              "implementation's arithmetic rank by rank, correct and with each planted sharding fault"
+            : fmt::format("the C++ emulation of shard plans with the fault {} planted in sharded_agreement",
+                          fault_);
+    if (!fault_.empty()) {
+      info_.fault_class = "I";
+      info_.fault = fault_;
+    }
     info_.caps.dtypes = {ref::DType::float32, ref::DType::bfloat16, ref::DType::float16};
     info_.caps.compute_dtypes = {ref::DType::float32};
     info_.caps.contracts = {"exact"};
@@ -44,6 +52,7 @@ class ShardEmulation final : public conf::Candidate {
     info_.caps.blocks = false;
   }
   const conf::CandidateInfo& info() const override { return info_; }
+  const std::string& fault() const { return fault_; }
   // Its properties draw a plan with each case and call shard::emulate; a case alone is not
   // something it runs.
   conf::Outputs run(const ref::Case&) override {
@@ -53,6 +62,7 @@ class ShardEmulation final : public conf::Candidate {
   }
 
  private:
+  std::string fault_;
   conf::CandidateInfo info_;
 };
 
@@ -154,11 +164,14 @@ void sharded_agreement(Context& ctx) {
   auto d = draw_case(ctx.cand.info().caps, sharded_limits(ctx));
   scale_gradients(d.c);
   const auto plan = draw_plan(d.c);
-  const auto res = shard::check_sharded(reference_case(d.c, "prop"), plan, shard::emulate(d.c, plan));
+  const auto* emu = dynamic_cast<const ShardEmulation*>(&ctx.cand);
+  const std::string fault = emu ? emu->fault() : "";
+  const auto res = shard::check_sharded(reference_case(d.c, "prop"), plan, shard::emulate(d.c, plan, fault));
   if (res.verdict != conf::Verdict::passed && res.verdict != conf::Verdict::mistrusted)
     fail(ctx, d.c, d.family,
-         fmt::format("plan {}: the correct sharded computation is {}", plan.text, conf::describe(res)),
-         std::nullopt, false);
+         fmt::format("plan {}: the {} sharded computation is {}", plan.text,
+                     fault.empty() ? "correct" : "emulated (fault " + fault + ")", conf::describe(res)),
+         std::nullopt, false, plan.text, fault);
 }
 
 // Where the faulty outputs (gathered and every rank's copy) lie more than twice the allowance
@@ -220,18 +233,32 @@ void sharded_faults_rejected(Context& ctx) {
     fail(ctx, d.c, d.family,
          fmt::format("fault {} on plan {} is not rejected, though {}: {}", f.name, plan.text, *effect,
                      conf::describe(res)),
-         std::nullopt, false);
+         std::nullopt, false, plan.text, f.name);
   if (res.message.find(f.diagnosis) == std::string::npos)
     fail(
         ctx, d.c, d.family,
         fmt::format("fault {} on plan {} is rejected, but the diagnosis does not name it ('{}' expected): {}",
                     f.name, plan.text, f.diagnosis, conf::describe(res)),
-        std::nullopt, false);
+        std::nullopt, false, plan.text, f.name);
 }
 
 }  // namespace
 
-std::unique_ptr<conf::Candidate> make_shard_emulation() { return std::make_unique<ShardEmulation>(); }
+bool is_shard_emulation(std::string_view spec) {
+  return spec == kShardEmulation || spec.starts_with(std::string(kShardEmulation) + ":");
+}
+
+std::unique_ptr<conf::Candidate> make_shard_emulation(std::string_view spec) {
+  if (!is_shard_emulation(spec))
+    throw std::invalid_argument(fmt::format("'{}' is not {}[:FAULT]", spec, kShardEmulation));
+  const std::string fault(spec.substr(std::min(spec.size(), kShardEmulation.size() + 1)));
+  std::vector<std::string> known;
+  for (const auto& f : shard::emulated_faults()) known.push_back(f.name);
+  if (!fault.empty() && std::find(known.begin(), known.end(), fault) == known.end())
+    throw std::invalid_argument(
+        fmt::format("{}: unknown fault '{}' (the emulated faults: {})", spec, fault, fmt::join(known, ", ")));
+  return std::make_unique<ShardEmulation>(fault);
+}
 
 const std::vector<Property>& shard_properties() {
   static const std::vector<Property> all{
