@@ -3,9 +3,11 @@
 # normcheck::candidate, normcheck::normcheck and normcheck_add_conformance_test(). The layout
 # under the prefix is fixed, because the CLI finds its data relative to its own path:
 #   bin/normcheck
+#   bin/normcheck-shard-check                       (sharded outputs files; conformance/sharding/)
 #   lib/normcheck/plugins/libnormcheck_<name>.so   (builtin:<name>)
 #   include/normcheck/candidate.h
 #   share/normcheck/python/     (normcheck_protocol.py, numpy_candidate.py, torch_adapter.py)
+#   share/normcheck/python/torch_dist/  (the torch.distributed runtime of sharded norms)
 #   share/normcheck/cases/      (smoke.json, ci.json, nightly.json)
 #   share/normcheck/web/        (Chart.js for the HTML reports)
 #   lib/cmake/normcheck/        (the package)
@@ -31,6 +33,16 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/conformance/python/ DESTINATION share/no
 # builtin:torch's adapter (conformance/candidates/torch/) beside the protocol module it imports,
 # where an installed normcheck looks for it (share/normcheck/python, or NORMCHECK_PYTHON_DIR).
 install(FILES ${PROJECT_SOURCE_DIR}/conformance/candidates/torch/torch_adapter.py DESTINATION share/normcheck/python)
+# Sharded norms (conformance/sharding/, conformance/candidates/torch_dist/): the check of sharded
+# outputs files, and the runtime that writes them, whose files import each other from their own
+# folder (dist_runtime.py puts it on the import path), with the bundled modules and plan list.
+set_target_properties(normcheck-shard-check PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+install(TARGETS normcheck-shard-check RUNTIME DESTINATION bin)
+install(FILES ${PROJECT_SOURCE_DIR}/conformance/candidates/torch_dist/dist_runtime.py
+              ${PROJECT_SOURCE_DIR}/conformance/candidates/torch_dist/shard_plan.py
+              ${PROJECT_SOURCE_DIR}/conformance/candidates/torch_dist/sharded_norms.py
+              ${PROJECT_SOURCE_DIR}/conformance/candidates/torch_dist/ci_plans.json
+        DESTINATION share/normcheck/python/torch_dist)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/fixtures/cases/ DESTINATION share/normcheck/cases
   FILES_MATCHING PATTERN "*.json")
 # Chart.js for the HTML reports (installed from npm by scripts/install-report-deps.sh), with

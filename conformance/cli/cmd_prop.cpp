@@ -33,7 +33,7 @@ struct PropArgs {
 
 int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
   // The emulation of shard plans has properties of its own, and only those apply to it.
-  const bool emulation = a.candidate == prop::kShardEmulation;
+  const bool emulation = prop::is_shard_emulation(a.candidate);
   const auto& all = emulation ? prop::shard_properties() : prop::properties();
   if (a.list) {  // one property a line: evidence.py reads the names
     for (const auto& p : all) fmt::print("  {:<28} {}\n", p.name, p.description);
@@ -96,7 +96,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     so.timeout_s = a.timeout;
     so.startup_timeout_s = a.startup_timeout;
     so.self_exe = self_exe();
-    cand = emulation ? prop::make_shard_emulation() : conf::make_candidate(a.candidate, so);
+    cand = emulation ? prop::make_shard_emulation(a.candidate) : conf::make_candidate(a.candidate, so);
   } catch (const std::exception& e) {
     fmt::print(stderr, "normcheck: {}\n", e.what());
     return kExitBadInput;
@@ -185,6 +185,13 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
       cx["case_id"] = case_id;
       cx["shape"] = g.shape;
       cx["summary"] = prop::case_summary(f.replay, f.family);
+      // A sharded counterexample is its case under its plan (and the planted fault): the case
+      // file alone does not reproduce it (reports/RESULTS.md).
+      if (!f.plan.empty()) {
+        cx["plan"] = f.plan;
+        cx["fault"] = f.fault.empty() ? Json(nullptr) : Json(f.fault);
+      }
+      cx["replay"] = nullptr;
       // The counterexample with its certified expected outputs, evaluated once for the file and
       // the diagnosis (the reference's work), and only when one of them needs it.
       std::optional<fix::FixtureCase> fc;
@@ -205,11 +212,17 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
           w.write(counterexample());
           w.commit();
           cx["fixture"] = path;
-          if (emulation)  // the unsharded case with its golden outputs; the plan is in its description
-            fmt::print("    counterexample: {} (the case; the plan and fault are in its description)\n", path);
-          else
-            fmt::print("    counterexample: {} (replay: normcheck run --candidate {}{} --fixtures {})\n", path,
-                       quote(a.candidate), isolation, quote(path));
+          // The command that replays the file: `normcheck run` for a candidate; for a sharded
+          // counterexample (the unsharded case with its golden outputs) the emulation of its
+          // plan, with its fault, checked by normcheck-shard-check.
+          const std::string replay =
+              !f.plan.empty()
+                  ? fmt::format("normcheck-shard-check --fixtures {} --emulate {}{}", quote(path),
+                                quote(f.plan), f.fault.empty() ? std::string() : " --fault " + quote(f.fault))
+                  : fmt::format("normcheck run --candidate {}{} --fixtures {}", quote(a.candidate), isolation,
+                                quote(path));
+          cx["replay"] = replay;
+          fmt::print("    counterexample: {} (replay: {})\n", path, replay);
         } catch (const std::exception& e) {
           fmt::print(stderr, "normcheck prop: {}\n", e.what());
           bad_input = true;

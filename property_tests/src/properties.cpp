@@ -50,10 +50,13 @@ std::map<std::string, conf::OutputAllowance> allowances_of(const Context& ctx, c
   return allow;
 }
 
-[[noreturn]] void fail(Context& ctx, const ref::Case& c, const std::string& family, const std::string& message,
-                       std::optional<conf::CaseResult> agreement, bool crashed) {
+[[noreturn]] void fail(Context& ctx, const ref::Case& c, const std::string& family,
+                       const std::string& message, std::optional<conf::CaseResult> agreement, bool crashed,
+                       const std::string& plan, const std::string& fault) {
   Failure f;
   f.message = message;
+  f.plan = plan;
+  f.fault = fault;
   f.replay = c;
   f.family = family;
   f.crashed = crashed;

@@ -30,8 +30,10 @@ conf::CaseResult agreement_of(const Context& ctx, const ref::Case& c, const conf
 std::map<std::string, conf::OutputAllowance> allowances_of(const Context& ctx, const ref::Case& c,
                                                            const conf::Outputs& got);
 // Records the counterexample in ctx.last_failure and fails the test (RC_FAIL).
-[[noreturn]] void fail(Context& ctx, const ref::Case& c, const std::string& family, const std::string& message,
-                       std::optional<conf::CaseResult> agreement, bool crashed);
+// `plan` and `fault`: a sharded property's shard plan and planted fault (Failure::plan, fault).
+[[noreturn]] void fail(Context& ctx, const ref::Case& c, const std::string& family,
+                       const std::string& message, std::optional<conf::CaseResult> agreement, bool crashed,
+                       const std::string& plan = "", const std::string& fault = "");
 // Runs the candidate; a decline discards the test, an exception fails it (CRASHED).
 conf::Outputs run_candidate(Context& ctx, const ref::Case& c, const std::string& family);
 

@@ -190,6 +190,7 @@ fix::FixtureCase counterexample_case(const PropertyResult& r, const std::string&
 std::string counterexample_text(const Failure& f, std::size_t max_values) {
   std::ostringstream s;
   s << "  case: " << case_summary(f.replay, f.family) << "\n";
+  if (!f.plan.empty()) s << "  plan: " << f.plan << (f.fault.empty() ? "" : ", fault " + f.fault) << "\n";
   for (const auto& [name, t] : f.replay.inputs) {
     s << fmt::format("  {} [{}] {}:", name, fmt::join(t.shape, ", "), ref::name_of(t.dtype));
     const std::size_t n = t.data.size();

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <rapidcheck.h>
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -30,12 +31,20 @@ using namespace detail;
 // comes up; channels-first layouts are discarded by draw_plan (normalized dims not trailing).
 class ShardEmulation final : public conf::Candidate {
  public:
-  ShardEmulation() {
-    info_.name = std::string(kShardEmulation);
-    info_.kind = conf::CandidateKind::correct;
+  // `fault`: "" (correct), or a fault of shard::emulated_faults() planted in sharded_agreement.
+  explicit ShardEmulation(std::string fault) : fault_(std::move(fault)) {
+    info_.name = std::string(kShardEmulation) + (fault_.empty() ? "" : ":" + fault_);
+    info_.kind = fault_.empty() ? conf::CandidateKind::correct : conf::CandidateKind::mutant;
     info_.description =
-        "the C++ emulation of shard plans (conformance/sharding/src/emulate.cpp): the bundled torch "
-        "implementation's arithmetic rank by rank, correct and with each planted sharding fault";
+        fault_.empty()
+            ? "the C++ emulation of shard plans (conformance/sharding/src/emulate.cpp): the bundled torch "
+              "implementation's arithmetic rank by rank, correct and with each planted sharding fault"
+            : fmt::format("the C++ emulation of shard plans with the fault {} planted in sharded_agreement",
+                          fault_);
+    if (!fault_.empty()) {
+      info_.fault_class = "I";
+      info_.fault = fault_;
+    }
     info_.caps.dtypes = {ref::DType::float32, ref::DType::bfloat16, ref::DType::float16};
     info_.caps.compute_dtypes = {ref::DType::float32};
     info_.caps.contracts = {"exact"};
@@ -43,6 +52,7 @@ class ShardEmulation final : public conf::Candidate {
     info_.caps.blocks = false;
   }
   const conf::CandidateInfo& info() const override { return info_; }
+  const std::string& fault() const { return fault_; }
   // Its properties draw a plan with each case and call shard::emulate; a case alone is not
   // something it runs.
   conf::Outputs run(const ref::Case&) override {
@@ -52,6 +62,7 @@ class ShardEmulation final : public conf::Candidate {
   }
 
  private:
+  std::string fault_;
   conf::CandidateInfo info_;
 };
 
@@ -84,9 +95,9 @@ std::string draw_split(std::int64_t n, int parts, const std::string& what) {
 
 // A shard plan for the case (conformance/sharding/README.md, "Shard plans"): tp (2-8 ranks), sp
 // (2-8 ranks, over any row dim: QK-norm per head is sp over the heads) or both (a grid of at
-// most 8 ranks); equal or unequal contiguous shards; the gradients' all-reduce in float32 or
-// bfloat16, the dtypes the runtime offers. Shrinks towards tp=2. Plans that do not fit the case
-// (more ranks than elements along a split dim) are discarded. `need` (a fault's) restricts the
+// most 8 ranks); equal or unequal contiguous shards; the gradients' all-reduce in float32,
+// bfloat16 or float16, the dtypes the runtime offers. Shrinks towards tp=2. Plans that do not fit
+// the case (more ranks than elements along a split dim) are discarded. `need` (a fault's) restricts the
 // plan to those with tp ranks (tp, both) or with sp ranks (sp, both).
 enum class Need { any, tp, sp };
 shard::Plan draw_plan(const ref::Case& c, Need need = Need::any) {
@@ -116,9 +127,30 @@ shard::Plan draw_plan(const ref::Case& c, Need need = Need::any) {
     items.push_back("sp=" +
                     draw_split(g.shape[static_cast<std::size_t>(dim)], S, fmt::format("dim {}", dim)));
     if (dim != 0) items.push_back(fmt::format("sp_dim={}", dim));
-    if (draw_index(2) == 1) items.push_back("reduce=bfloat16");
+    // the gradients' all-reduce: float32 (no item), or one of the 16-bit dtypes the grammar offers
+    if (const auto r = draw_index(3); r > 0) items.push_back(r == 1 ? "reduce=bfloat16" : "reduce=float16");
   }
   return shard::parse_plan(fmt::format("{}", fmt::join(items, ",")));
+}
+
+// Loss scaling: the upstream gradient of a backward case multiplied by 2^k, k drawn from {0, 8,
+// 12, 16} (shrinks towards 1) and lowered until every element stays finite in dy's dtype (float16
+// dy of N(0, 1) keeps about 2^13). Mixed-precision training scales the loss, and so dy, by up to 2^16
+// (the usual initial scale of a dynamic loss scaler), and a float16 all-reduce of such gradients
+// meets float16's range: at 2^16 a column sum of |dy x-hat| passes 65504 within two rows
+// (conformance/sharding/README.md, "float16 all-reduce"); with dy ~ N(0, 1) alone no column of
+// 4096 rows comes near it. The product is exact (a power of two).
+void scale_gradients(ref::Case& c) {
+  if (c.direction != ref::Direction::backward || !c.inputs.count("dy")) return;
+  auto& dy = c.inputs.at("dy");
+  int k = std::vector<int>{0, 8, 12, 16}[draw_index(4)];
+  auto fits = [&](int e) {
+    return std::all_of(dy.data.begin(), dy.data.end(), [&](double v) {
+      return !std::isfinite(v) || std::isfinite(ref::round_to(std::ldexp(v, e), dy.dtype));
+    });
+  };
+  while (k > 0 && !fits(k)) --k;
+  for (double& v : dy.data) v = std::ldexp(v, k);
 }
 
 // The allowances check_sharded judges with: the tolerance model's, widened by the sharding term.
@@ -129,13 +161,17 @@ std::map<std::string, conf::OutputAllowance> sharded_allowances(const ref::Case&
 }
 
 void sharded_agreement(Context& ctx) {
-  const auto d = draw_case(ctx.cand.info().caps, sharded_limits(ctx));
+  auto d = draw_case(ctx.cand.info().caps, sharded_limits(ctx));
+  scale_gradients(d.c);
   const auto plan = draw_plan(d.c);
-  const auto res = shard::check_sharded(reference_case(d.c, "prop"), plan, shard::emulate(d.c, plan));
+  const auto* emu = dynamic_cast<const ShardEmulation*>(&ctx.cand);
+  const std::string fault = emu ? emu->fault() : "";
+  const auto res = shard::check_sharded(reference_case(d.c, "prop"), plan, shard::emulate(d.c, plan, fault));
   if (res.verdict != conf::Verdict::passed && res.verdict != conf::Verdict::mistrusted)
     fail(ctx, d.c, d.family,
-         fmt::format("plan {}: the correct sharded computation is {}", plan.text, conf::describe(res)),
-         std::nullopt, false);
+         fmt::format("plan {}: the {} sharded computation is {}", plan.text,
+                     fault.empty() ? "correct" : "emulated (fault " + fault + ")", conf::describe(res)),
+         std::nullopt, false, plan.text, fault);
 }
 
 // Where the faulty outputs (gathered and every rank's copy) lie more than twice the allowance
@@ -184,7 +220,8 @@ void sharded_faults_rejected(Context& ctx) {
     lim.directions = {ref::Direction::backward};
     lim.affines = {ref::Affine::weight, ref::Affine::weight_bias};
   }
-  const auto d = draw_case(ctx.cand.info().caps, lim);
+  auto d = draw_case(ctx.cand.info().caps, lim);
+  scale_gradients(d.c);
   const auto plan = draw_plan(d.c, f.tp ? Need::tp : Need::sp);
   if (const auto why = shard::fault_inapplicable(f, d.c, plan); !why.empty())
     RC_DISCARD(fmt::format("fault {} does not apply: {}", f.name, why));
@@ -196,25 +233,40 @@ void sharded_faults_rejected(Context& ctx) {
     fail(ctx, d.c, d.family,
          fmt::format("fault {} on plan {} is not rejected, though {}: {}", f.name, plan.text, *effect,
                      conf::describe(res)),
-         std::nullopt, false);
+         std::nullopt, false, plan.text, f.name);
   if (res.message.find(f.diagnosis) == std::string::npos)
     fail(
         ctx, d.c, d.family,
         fmt::format("fault {} on plan {} is rejected, but the diagnosis does not name it ('{}' expected): {}",
                     f.name, plan.text, f.diagnosis, conf::describe(res)),
-        std::nullopt, false);
+        std::nullopt, false, plan.text, f.name);
 }
 
 }  // namespace
 
-std::unique_ptr<conf::Candidate> make_shard_emulation() { return std::make_unique<ShardEmulation>(); }
+bool is_shard_emulation(std::string_view spec) {
+  return spec == kShardEmulation || spec.starts_with(std::string(kShardEmulation) + ":");
+}
+
+std::unique_ptr<conf::Candidate> make_shard_emulation(std::string_view spec) {
+  if (!is_shard_emulation(spec))
+    throw std::invalid_argument(fmt::format("'{}' is not {}[:FAULT]", spec, kShardEmulation));
+  const std::string fault(spec.substr(std::min(spec.size(), kShardEmulation.size() + 1)));
+  std::vector<std::string> known;
+  for (const auto& f : shard::emulated_faults()) known.push_back(f.name);
+  if (!fault.empty() && std::find(known.begin(), known.end(), fault) == known.end())
+    throw std::invalid_argument(
+        fmt::format("{}: unknown fault '{}' (the emulated faults: {})", spec, fault, fmt::join(known, ", ")));
+  return std::make_unique<ShardEmulation>(fault);
+}
 
 const std::vector<Property>& shard_properties() {
   static const std::vector<Property> all{
       {"sharded_agreement",
        "the correct sharded computation (emulated; drawn tp/sp plans of 2-8 ranks, equal and unequal "
-       "shards, float32 or bfloat16 gradient all-reduce) agrees with the unsharded certified reference "
-       "within the tolerance model plus the sharding term, every rank's copy bit-identical",
+       "shards, float32, bfloat16 or float16 gradient all-reduce, gradients loss-scaled by up to 2^16) "
+       "agrees with the unsharded certified reference within the tolerance model plus the sharding term, "
+       "every rank's copy bit-identical",
        sharded_agreement},
       {"sharded_faults_rejected",
        "each planted sharding fault (rank-local statistics, sum of squares over the world size, "

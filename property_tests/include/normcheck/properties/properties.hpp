@@ -38,6 +38,10 @@ struct Failure {
   // The replayed case checked against the reference: FAILED for a case `normcheck run` rejects;
   // PASSED where only a bitwise or metamorphic relation breaks (each side within tolerance).
   std::optional<conf::CaseResult> agreement;
+  // Sharded properties (shard:emulation): the shard plan the case ran under
+  // (conformance/sharding/README.md, "Shard plans") and the planted fault ("" for the correct
+  // emulation). The case alone does not reproduce a sharded failure.
+  std::string plan, fault;
 };
 
 // State one test of a property sees.
@@ -68,7 +72,12 @@ const std::vector<Property>& properties();
 // --candidate shard:emulation` runs these properties and only these.
 inline constexpr std::string_view kShardEmulation = "shard:emulation";
 const std::vector<Property>& shard_properties();
-std::unique_ptr<conf::Candidate> make_shard_emulation();
+// `shard:emulation`, or `shard:emulation:FAULT`: the emulation with a fault of
+// shard::emulated_faults() planted in what sharded_agreement runs (the suite's own mutation test
+// of that property). True for the specs it takes; make_shard_emulation throws
+// std::invalid_argument for an unknown fault, naming the known ones.
+bool is_shard_emulation(std::string_view spec);
+std::unique_ptr<conf::Candidate> make_shard_emulation(std::string_view spec = kShardEmulation);
 
 struct Options {
   int tests = 100;                // successful tests per property
