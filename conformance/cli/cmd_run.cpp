@@ -112,6 +112,7 @@ void print_table(const std::vector<conf::CandidateRun>& runs) {
             : fmt::format(" (recorded finding no longer shows: {})", fmt::join(r.stale_findings, ", "));
     const std::string outcome = mutant ? (r.rejected() ? "rejected (as it must be)" : "NOT REJECTED")
                                 : r.failed_beyond_known() ? "FAILED" + known + stale
+                                : !r.error.empty()        ? std::string("stopped early")  // as the reports say
                                 : compared == 0           ? "nothing run (every case declined)"
                                                           : "conforms" + known;
     std::int64_t flushed = 0;

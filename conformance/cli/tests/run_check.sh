@@ -197,6 +197,8 @@ print(cid)
 PY
 )"
 expect check-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- check --fixtures "$tmp/damaged.h5" --outputs "$tmp/perfect.h5"
+grep -q "stopped early (run stopped: " "$tmp/out" && ! grep -q "conforms" "$tmp/out" && ok ||
+  bad "check-damaged-fixture: the summary does not say the run stopped early: $(tail -c 400 "$tmp/out")"
 expect run-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- run --fixtures "$tmp/damaged.h5" --candidate builtin:cpu_welford --cases "$damaged_case"
 expect check-empty-glob 1 "nothing was checked" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*'
 expect check-empty-glob-allowed 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*' --allow-empty
