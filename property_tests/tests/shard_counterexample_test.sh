@@ -59,4 +59,21 @@ grep -q "unknown fault 'no_such_fault'" "$dir/bad.log" || fail "no message for t
 "$sc" --fixtures "$f" --emulate "$plan" --fault nonsense > /dev/null 2>&1; [ $? -eq 2 ] || fail "an unknown --fault"
 "$sc" --fixtures "$f" > /dev/null 2>&1; [ $? -eq 2 ] || fail "neither outputs nor --emulate"
 "$sc" --fixtures "$f" --fault averaged out.h5 > /dev/null 2>&1; [ $? -eq 2 ] || fail "--fault without --emulate"
+# A damaged fixture (one bit of a certified binary64 value flipped on disk) is refused, named.
+cp "$f" "$dir/damaged.h5"
+/usr/bin/python3 - "$dir/damaged.h5" <<'PY' || fail "cannot damage the copy"
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as h:
+    cid = sorted(h["cases"])[0]
+    g = h[f"cases/{cid}/expected_f64"]
+    off = g[sorted(g)[0]].id.get_offset()
+with open(sys.argv[1], "r+b") as fh:
+    fh.seek(off + 2)
+    b = fh.read(1)
+    fh.seek(off + 2)
+    fh.write(bytes([b[0] ^ 0x04]))
+PY
+"$sc" --fixtures "$dir/damaged.h5" --emulate "$plan" > "$dir/damaged.log" 2>&1
+[ $? -eq 2 ] || { cat "$dir/damaged.log"; fail "a damaged fixture was not refused with exit 2"; }
+grep -q "expected_f64/.*checksum mismatch" "$dir/damaged.log" || { cat "$dir/damaged.log"; fail "no message naming the damaged dataset"; }
 echo "OK"

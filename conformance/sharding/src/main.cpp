@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       }
       std::map<conf::Verdict, int> counts;
       for (const auto& id : fx.case_ids()) {
-        const fix::FixtureCase fc = fx.read_case(id);
+        const fix::FixtureCase fc = fx.read_case_later(id).finish_checked();  // a damaged fixture: exit 2
         shard::ShardedOutputs got;
         try {
           got = shard::emulate(fc.c, plan, fault);
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
         } catch (const std::invalid_argument& e) {
           throw fix::FixtureError(path, fmt::format("case {}: shard_plan: {}", id, e.what()));
         }
-        const fix::FixtureCase fc = fx.read_case(id);
+        const fix::FixtureCase fc = fx.read_case_later(id).finish_checked();  // a damaged fixture: exit 2
         const conf::CaseResult r = shard::check_sharded(fc, plan, got);
         counts[r.verdict] += 1;
         seconds += got.seconds;
