@@ -5,6 +5,7 @@
 // core_nvfp4.cuh), with a converter to the code formats built here from their bit layouts (not
 // the reference's table search). The quantization faults of class H live here.
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
@@ -29,8 +30,9 @@ struct Mini {
 };
 constexpr Mini kE4M3{3, 7, 448, 0x7F, 0x80}, kE5M2{2, 15, 57344, 0x7F, 0x80}, kE2M1{1, 1, 6, -1, 0x8};
 
-// Round to nearest even with saturation to the largest finite value (cvt.rn.satfinite).
-int to_mini(double v, const Mini& m) {
+// Round to nearest even with saturation to the largest finite value (cvt.rn.satfinite). With a
+// dither d in [0, 1) instead: stochastic rounding, floor(a / quantum + d) (cvt.rs).
+int to_mini(double v, const Mini& m, double dither = -1) {
   if (std::isnan(v)) return m.nan >= 0 ? m.nan : 0;
   const int sign = std::signbit(v) ? m.sign : 0;
   const double a = std::fabs(v);
@@ -38,7 +40,8 @@ int to_mini(double v, const Mini& m) {
   std::frexp(a, &e);  // a = f 2^e, f in [0.5, 1): the binade's exponent is e - 1
   const int binade = std::max(e - 1, 1 - m.bias);  // subnormals share the smallest normal's quantum
   const double quantum = std::ldexp(1.0, binade - m.man);
-  double r = a >= m.max ? m.max : std::nearbyint(a / quantum) * quantum;  // default mode: ties to even
+  const double steps = dither >= 0 ? std::floor(a / quantum + dither) : std::nearbyint(a / quantum);  // ties to even
+  double r = a >= m.max ? m.max : steps * quantum;
   if (r > m.max) r = m.max;
   if (r == 0) return sign;
   std::frexp(r, &e);
@@ -54,10 +57,21 @@ double from_e4m3(int code) {
   return code & 0x80 ? -v : v;
 }
 
-// int8: cvt.rni.sat.s8.f32 (round half to even, saturating to [-128, 127]; NaN gives 0).
-int to_int8(float v) {
+// int8: cvt.rni.sat.s8.f32 (round half to even, saturating to [-128, 127]; NaN gives 0); with a
+// dither d in [0, 1), stochastic rounding floor(v + d).
+int to_int8(float v, double dither = -1) {
   if (std::isnan(v)) return 0;
-  return static_cast<int>(std::clamp(std::nearbyint(static_cast<double>(v)), -128.0, 127.0));
+  const double r = dither >= 0 ? std::floor(static_cast<double>(v) + dither) : std::nearbyint(static_cast<double>(v));
+  return static_cast<int>(std::clamp(r, -128.0, 127.0));
+}
+
+// The uniform draw of stochastic rounding for a value: a hash of its bits (splitmix64), so a run
+// is reproducible, in [0, 1).
+double dither_of(float u) {
+  std::uint64_t z = std::bit_cast<std::uint32_t>(u) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1p-53;
 }
 
 struct Quantizer {
@@ -76,16 +90,22 @@ struct Quantizer {
     return mini().max;
   }
   int code(float u) const {
-    if (q.format == QFormat::int8) return to_int8(u);
+    // Stochastic rounding (meant for gradients) in the forward cast (sii-research/Metis #2).
+    const double d = f == fault("stochastic_rounding_forward") ? dither_of(u) : -1;
+    if (q.format == QFormat::int8) return to_int8(u, d);
     const Mini m = mini();
     // vLLM's clamp with fminf/fmaxf before the cast: fminf(NaN, 448) = 448 (quant_utils.cuh).
     if (f == fault("nan_encoded_as_max") && std::isnan(u)) return to_mini(m.max, m);
-    return to_mini(u, m);
+    // The packed float2 -> E4M3 cast through bfloat16 (FlashInfer #4167, #5128).
+    if (f == fault("bf16_round_trip_before_fp8") && ref::element_of(q.format) == ref::Elem::e4m3fn)
+      u = static_cast<float>(ref::round_to(u, DType::bfloat16));
+    return to_mini(u, m, d);
   }
   float apply(float p, float s) const {
     switch (q.apply) {
       case ref::ScaleApply::reciprocal: return p * (1.0f / s);
-      case ref::ScaleApply::divide: return p / s;
+      case ref::ScaleApply::divide:  // a reciprocal multiply where the contract divides (pypto-lib #866)
+        return f == fault("reciprocal_for_divide") ? p * (1.0f / s) : p / s;
       case ref::ScaleApply::multiply: return p * s;
     }
     return p;
@@ -126,6 +146,18 @@ float amax_of(const std::vector<float>& p, std::int64_t first, std::int64_t n, b
   return a;
 }
 
+// The flat index of element k of MX block b: 32 consecutive elements along the normalized dim,
+// or (mx_block_wrong_dim) along the column-major order, so a block spans rows (Primus-Turbo
+// #373: a row-wise flag read wrong).
+struct MxBlocks {
+  std::int64_t rows, cols, bs;
+  bool wrong_dim;
+  std::int64_t at(std::int64_t b, std::int64_t k) const {
+    const std::int64_t t = b * bs + k;
+    return wrong_dim ? (t % rows) * cols + t / rows : t;
+  }
+};
+
 }  // namespace
 
 Outputs run_quant(const ref::Case& c, Reduction r, Fault f) {
@@ -141,6 +173,16 @@ Outputs run_quant(const ref::Case& c, Reduction r, Fault f) {
   const std::int64_t total = g.rows * g.cols;
   std::vector<float> p(static_cast<std::size_t>(total));
   for (std::int64_t i = 0; i < total; ++i) p[static_cast<std::size_t>(i)] = static_cast<float>(norm.at("y").data[i]);
+  // amax over the float32 norm output where the contract takes it over y in T (TransformerEngine
+  // #2355): the scales come from values the kernel does not quantize.
+  std::vector<float> p_unrounded;
+  if (f == fault("amax_unrounded") && n.dtype_out != DType::float32) {
+    ref::Case n32 = n;
+    n32.dtype_out = DType::float32;
+    const ref::Tensor y32 = run_kernel(n32, r, norm_fault).at("y");
+    p_unrounded.assign(y32.data.begin(), y32.data.end());
+  }
+  const std::vector<float>& pa = p_unrounded.empty() ? p : p_unrounded;  // what amax is taken of
   const Quantizer qz{q, f};
   Outputs out;
   ref::Tensor codes = make_tensor(DType::float64, g.shape);
@@ -155,7 +197,7 @@ Outputs run_quant(const ref::Case& c, Reduction r, Fault f) {
       if (q.amax) {
         bool fin = true;
         out["amax"] = make_tensor(DType::float32, {1});
-        out["amax"].data[0] = amax_of(p, 0, total, &fin);
+        out["amax"].data[0] = amax_of(pa, 0, total, &fin);
       }
       break;
     }
@@ -163,7 +205,7 @@ Outputs run_quant(const ref::Case& c, Reduction r, Fault f) {
       ref::Tensor scale = make_tensor(DType::float32, g.stat_shape), amax = scale;
       for (std::int64_t row = 0; row < g.rows; ++row) {
         bool fin = true;
-        const float a = amax_of(p, row * g.cols, g.cols, &fin), s = qz.dynamic_scale(a);
+        const float a = amax_of(pa, row * g.cols, g.cols, &fin), s = qz.dynamic_scale(a);
         scale.data[row] = s;
         amax.data[row] = a;
         for (std::int64_t i = row * g.cols; i < (row + 1) * g.cols; ++i) put(i, qz.apply(p[i], s));
@@ -174,14 +216,22 @@ Outputs run_quant(const ref::Case& c, Reduction r, Fault f) {
     }
     case ScaleKind::mx_block: {
       ref::Tensor scale = make_tensor(DType::float64, bshape), amax = make_tensor(DType::float32, bshape);
+      const MxBlocks blocks{g.rows, g.cols, bs, f == fault("mx_block_wrong_dim")};
       for (std::int64_t b = 0; b < total / bs; ++b) {
         bool fin = true;
-        const float a = amax_of(p, b * bs, bs, &fin);
+        float a = 0;
+        for (std::int64_t k = 0; k < bs; ++k) {
+          const float v = pa[static_cast<std::size_t>(blocks.at(b, k))];
+          if (!std::isfinite(v)) fin = false;
+          a = std::fmax(a, std::fabs(v));  // fmaxf drops NaN
+        }
         const int e8 = fin ? qz.mx_code(a) : 0xFF;  // OCP: a NaN or Inf makes the block NaN
         scale.data[b] = e8;
         amax.data[b] = a;
-        for (std::int64_t i = b * bs; i < (b + 1) * bs; ++i)
+        for (std::int64_t k = 0; k < bs; ++k) {
+          const std::int64_t i = blocks.at(b, k);
           put(i, e8 == 0xFF ? NAN : std::ldexp(p[i], 127 - e8));
+        }
       }
       out["scale"] = std::move(scale);
       if (q.amax) out["amax"] = std::move(amax);
@@ -190,13 +240,13 @@ Outputs run_quant(const ref::Case& c, Reduction r, Fault f) {
     case ScaleKind::nvfp4_block: {  // TE core_nvfp4.cuh
       ref::Tensor scale = make_tensor(DType::float64, bshape), global = make_tensor(DType::float32, {1});
       bool fin = true;
-      const float ag = amax_of(p, 0, total, &fin);
+      const float ag = amax_of(pa, 0, total, &fin);
       float s_enc = ag == 0 ? 1.0f : std::fmin(448.0f * 6.0f / ag, FLT_MAX);
       if (s_enc == 0 || !std::isfinite(s_enc)) s_enc = 1.0f;
       global.data[0] = s_enc;
       for (std::int64_t b = 0; b < total / bs; ++b) {
         bool bf = true;
-        const float ab = amax_of(p, b * bs, bs, &bf);
+        const float ab = amax_of(pa, b * bs, bs, &bf);
         const int sc = to_mini(ab * (s_enc * (1.0f / 6.0f)), kE4M3);
         scale.data[b] = sc;
         const float t = static_cast<float>(from_e4m3(sc)) * (1.0f / s_enc);

@@ -99,7 +99,9 @@ TEST(QuantMutants, EachIsRejectedWhereItsFaultShowsAndAgreesElsewhere) {
   plain.quant.reset();
   plain.inputs.erase("scale");
   for (const Fault f : {fault("activation_rounding_elided"), fault("e5m2_clamped_448"), fault("nan_encoded_as_max"),
-                        fault("mx_rule_swapped"), fault("min_scale_missing"), fault("e4m3fnuz_max")})
+                        fault("mx_rule_swapped"), fault("min_scale_missing"), fault("e4m3fnuz_max"),
+                        fault("bf16_round_trip_before_fp8"), fault("amax_unrounded"), fault("reciprocal_for_divide"),
+                        fault("mx_block_wrong_dim"), fault("stochastic_rounding_forward")})
     expect_agrees(plain, f);
   // The rounding to bfloat16 skipped: ~1 code in 60 sits between y and rn_bf16(y).
   expect_reveals(quant_case("vllm_static_fp8", 16, 256, DType::bfloat16, 4), fault("activation_rounding_elided"), "q");
@@ -119,6 +121,27 @@ TEST(QuantMutants, EachIsRejectedWhereItsFaultShowsAndAgreesElsewhere) {
   expect_agrees(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 8), fault("min_scale_missing"));
   expect_reveals(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 9), fault("e4m3fnuz_max"), "scale");
   expect_agrees(quant_case("vllm_dynamic_int8", 4, 64, DType::bfloat16, 9), fault("e4m3fnuz_max"));
+}
+
+TEST(QuantMutants, TheSecondFiveAreRejectedWhereTheirFaultsShowAndAgreeElsewhere) {
+  // A float32 value quantized through bfloat16: ~1 value in 100 lies between an E4M3 midpoint and
+  // the bfloat16 value that rounds onto it.
+  expect_reveals(quant_case("flashinfer_fp8", 16, 256, DType::bfloat16, 10), fault("bf16_round_trip_before_fp8"), "q");
+  ref::Case e5 = quant_case("flashinfer_fp8", 16, 256, DType::bfloat16, 10);
+  e5.quant->format = ref::QFormat::float8_e5m2;  // the E5M2 cast never went through bfloat16
+  expect_agrees(e5, fault("bf16_round_trip_before_fp8"));
+  // amax of the float32 values: per-token scales and NVFP4's global and block scales move.
+  expect_reveals(quant_case("vllm_dynamic_fp8", 16, 256, DType::bfloat16, 11), fault("amax_unrounded"), "scale");
+  expect_reveals(quant_case("te_nvfp4", 16, 256, DType::bfloat16, 11), fault("amax_unrounded"), "global_scale");
+  expect_agrees(quant_case("flashinfer_fp8", 4, 64, DType::bfloat16, 11), fault("amax_unrounded"));  // value in float32
+  expect_reveals(quant_case("vllm_dynamic_fp8", 16, 256, DType::bfloat16, 12), fault("reciprocal_for_divide"), "q");
+  expect_agrees(quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 12), fault("reciprocal_for_divide"));
+  expect_reveals(quant_case("te_mxfp8", 16, 256, DType::bfloat16, 13), fault("mx_block_wrong_dim"), "scale");
+  expect_reveals(quant_case("ocp_mxfp8", 16, 256, DType::bfloat16, 13), fault("mx_block_wrong_dim"), "scale");
+  expect_agrees(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 13), fault("mx_block_wrong_dim"));
+  expect_reveals(quant_case("vllm_static_fp8", 16, 256, DType::bfloat16, 14), fault("stochastic_rounding_forward"), "q");
+  expect_reveals(quant_case("vllm_dynamic_int8", 16, 256, DType::bfloat16, 14), fault("stochastic_rounding_forward"),
+                 "q");
 }
 
 }  // namespace

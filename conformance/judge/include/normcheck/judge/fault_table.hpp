@@ -195,6 +195,28 @@ inline constexpr std::array kFaults{
                "the two E4M3 variants' maxima confused: E4M3FN values clamped at 240 and dynamic scales of amax / 240",
                "modelscope/DiffSynth-Studio #1528", "`q_vllm_dynamic_fp8_*`, static FP8 cases with values above 240",
                mutant},
+    FaultEntry{"bf16_round_trip_before_fp8", 'H', "the scaled value rounded to bfloat16 before the E4M3 cast",
+               "a packed float2 to E4M3 cast that goes through bfloat16 after the scale is applied (TRT-LLM's "
+               "cudaTypeUtils.cuh, as vendored by FlashInfer): a second rounding that moves values across E4M3 "
+               "code boundaries",
+               "flashinfer #4167, #5128", "the float32-value presets (`q_flashinfer_fp8_*`, `q_te_delayed_fp8_*`)",
+               mutant},
+    FaultEntry{"amax_unrounded", 'H', "amax over the float32 norm output where the contract takes it over y in T",
+               "the fused amax taken on the compute-type value instead of the output-type value the codes are made "
+               "from: per-token and block scales (and the amax output) from values the kernel never quantizes",
+               "NVIDIA/TransformerEngine #2355", "`q_vllm_dynamic_*`, `q_te_nvfp4_*` (bfloat16 and float16)", mutant},
+    FaultEntry{"reciprocal_for_divide", 'H', "`u = p * rn32(1/s)` where the contract divides `u = p / s`",
+               "a reciprocal multiply where the contract's kernel divides: the quotient differs by an ulp, enough to "
+               "cross a code boundary",
+               "hw-native-sys/pypto-lib #866", "`q_vllm_dynamic_fp8_*`", mutant},
+    FaultEntry{"mx_block_wrong_dim", 'H', "MX blocks of 32 consecutive elements of the column-major order",
+               "the MX block taken along the other dimension (an axis or row-wise flag read wrong): each E8M0 scale "
+               "covers elements of several rows",
+               "AMD-AGI/Primus-Turbo #373, flashinfer #3882", "`q_*mxfp8*_*` with more than one row", mutant},
+    FaultEntry{"stochastic_rounding_forward", 'H', "codes rounded stochastically",
+               "stochastic rounding, meant for gradients, applied to the forward codes: a code may be the far "
+               "neighbour of the value",
+               "sii-research/Metis #2", "any quantized case", mutant},
 };
 
 static_assert(kFaults.size() < 255, "cpu::Fault holds a row index in 8 bits");
