@@ -280,8 +280,15 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
             res.verdict = Verdict::unsupported;
             res.message = *why;
           } else if (fc.c.quant) {
-            // Codes and scales (TOLERANCE.md, section 10); no diagnosis panel for them yet.
-            res = check_quant_case(fc, candidates[i]->run(fc.c), check_options_of(candidates[i]->info().caps));
+            // Codes and scales (TOLERANCE.md, section 10), diagnosed by the dialects of class H.
+            const Outputs got = candidates[i]->run(fc.c);
+            res = check_quant_case(fc, got, check_options_of(candidates[i]->info().caps));
+            if (opt.diagnose && diagnosable(res)) {
+              const auto d0 = std::chrono::steady_clock::now();
+              res.diagnosis = diagnose_quant(fc, got, res);
+              res.diagnosed = true;
+              diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
+            }
           } else {
             const Outputs got = candidates[i]->run(fc.c);
             const auto judged = judged_outputs(fc, candidates[i]->info().caps);
@@ -427,6 +434,10 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
     } else if (fc.c.quant) {  // codes and scales (TOLERANCE.md, section 10)
       res = check_quant_case(fc, got, check_options_of(run.info.caps));
       mark_unsupported(res, marked);
+      if (opt.diagnose && diagnosable(res)) {
+        res.diagnosis = diagnose_quant(fc, got, res);
+        res.diagnosed = true;
+      }
     } else {
       const auto allow = derive_allowances(fc.c, run.info.caps.reduction);
       res = check_case(fc, got, allow, check_options_of(run.info.caps));

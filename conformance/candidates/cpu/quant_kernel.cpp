@@ -65,10 +65,11 @@ int to_int8(float v, double dither = -1) {
   return static_cast<int>(std::clamp(r, -128.0, 127.0));
 }
 
-// The uniform draw of stochastic rounding for a value: a hash of its bits (splitmix64), so a run
-// is reproducible, in [0, 1).
-double dither_of(float u) {
-  std::uint64_t z = std::bit_cast<std::uint32_t>(u) + 0x9E3779B97F4A7C15ull;
+// The uniform draw of stochastic rounding for element i of value u, in [0, 1): a hash
+// (splitmix64) of both, as a counter-based generator (Philox) keyed by the element gives, so a
+// run is reproducible.
+double dither_of(float u, std::int64_t i) {
+  std::uint64_t z = (static_cast<std::uint64_t>(i) << 32 | std::bit_cast<std::uint32_t>(u)) + 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1p-53;
@@ -89,9 +90,9 @@ struct Quantizer {
     if (q.format == QFormat::int8) return 127;
     return mini().max;
   }
-  int code(float u) const {
+  int code(float u, std::int64_t i) const {
     // Stochastic rounding (meant for gradients) in the forward cast (sii-research/Metis #2).
-    const double d = f == fault("stochastic_rounding_forward") ? dither_of(u) : -1;
+    const double d = f == fault("stochastic_rounding_forward") ? dither_of(u, i) : -1;
     if (q.format == QFormat::int8) return to_int8(u, d);
     const Mini m = mini();
     // vLLM's clamp with fminf/fmaxf before the cast: fminf(NaN, 448) = 448 (quant_utils.cuh).
@@ -186,7 +187,7 @@ Outputs run_quant(const ref::Case& c, Reduction r, Fault f) {
   const Quantizer qz{q, f};
   Outputs out;
   ref::Tensor codes = make_tensor(DType::float64, g.shape);
-  auto put = [&](std::int64_t i, float u) { codes.data[static_cast<std::size_t>(i)] = qz.code(u); };
+  auto put = [&](std::int64_t i, float u) { codes.data[static_cast<std::size_t>(i)] = qz.code(u, i); };
   const int bs = ref::block_size(q.format);
   std::vector<std::int64_t> bshape = g.shape;
   if (bs) bshape.back() /= bs;

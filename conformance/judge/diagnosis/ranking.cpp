@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "normcheck/judge/checker_quant.hpp"
 #include "engine.hpp"
 #include "normcheck/judge/diagnosis.hpp"
 #include "panel.hpp"
@@ -40,6 +41,7 @@ const std::vector<DialectInfo>& dialect_panel() {
   static const std::vector<DialectInfo> v = [] {
     std::vector<DialectInfo> out;
     for (const auto& d : panel()) out.push_back(d.info);
+    for (const auto& d : quant_dialect_panel()) out.push_back(d);  // class H (diagnosis/quant.cpp)
     return out;
   }();
   return v;

@@ -20,6 +20,7 @@
 
 #include "normcheck/reference/evaluate.hpp"
 #include "normcheck/reference/quant.hpp"
+#include "quant_values.hpp"
 
 namespace normcheck::conf {
 namespace {
@@ -32,20 +33,8 @@ using ref::ScaleKind;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// The smallest value of T >= v and the largest <= v (infinities where v is beyond the overflow
-// threshold: a kernel's rounding of y to T may overflow there, TOLERANCE.md 10.1).
-double ceil_to(double v, DType t) {
-  double r = ref::round_to(v, t);
-  if (std::isinf(r)) return r;
-  if (r < v) r += 2 * ref::rounding_gap(r, t).above;
-  return r;
-}
-double floor_to(double v, DType t) {
-  double r = ref::round_to(v, t);
-  if (std::isinf(r)) return r;
-  if (r > v) r -= 2 * ref::rounding_gap(r, t).below;
-  return r;
-}
+using quant_detail::ceil_to;
+using quant_detail::floor_to;
 
 // The values of T p may take for one element: [lo, hi] (values of T), or not constrained.
 struct PRange {

@@ -61,7 +61,7 @@ std::string faults_markdown() {
       "\n"
       "Every fault normcheck knows: the faults real normalization kernels, model code and checkpoint\n"
       "converters shipped, one row each, grouped by class (A-H, the classes the diagnosis and the\n"
-      "mutants name; H, quantization, has no dialect yet). **Reproduced by** is the bundled mutant that has the fault (`builtin:mut_<id>`;\n"
+      "mutants name; H, quantization, is diagnosed on quantized cases only). **Reproduced by** is the bundled mutant that has the fault (`builtin:mut_<id>`;\n"
       "every mutant is a correct two-pass kernel with that one line changed), or \"dialect only\" where\n"
       "the suite has no mutant and the diagnosis still names it (checkpoint conventions, generic\n"
       "faults). **Named by** lists the dialects of the diagnosis panel (conformance/DIAGNOSIS.md) that\n"

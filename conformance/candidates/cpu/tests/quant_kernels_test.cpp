@@ -4,6 +4,7 @@
 // is the correct kernel, bit for bit, where the fault does not apply.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -142,6 +143,63 @@ TEST(QuantMutants, TheSecondFiveAreRejectedWhereTheirFaultsShowAndAgreeElsewhere
   expect_reveals(quant_case("vllm_static_fp8", 16, 256, DType::bfloat16, 14), fault("stochastic_rounding_forward"), "q");
   expect_reveals(quant_case("vllm_dynamic_int8", 16, 256, DType::bfloat16, 14), fault("stochastic_rounding_forward"),
                  "q");
+}
+
+// The diagnosis of class H (judge/diagnosis/quant.cpp) names each mutant's fault on the inputs
+// that show it: as its best explaining dialect, or one that predicts the same outputs there.
+void expect_named(const ref::Case& c, Fault f) {
+  const fix::FixtureCase fc = test::fixture_of(c);
+  const Outputs got = run_kernel(c, Reduction::two_pass, f);
+  const CaseResult res = check_quant_case(fc, got);
+  ASSERT_EQ(res.verdict, Verdict::failed) << name_of(f);
+  const auto d = diagnose_quant(fc, got, res);
+  ASSERT_FALSE(d.empty()) << name_of(f);
+  EXPECT_TRUE(d[0].explains) << name_of(f) << ": " << d[0].dialect << " " << d[0].evidence;
+  std::vector<std::string> names{d[0].dialect};
+  names.insert(names.end(), d[0].same_as.begin(), d[0].same_as.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), std::string(name_of(f))), names.end())
+      << name_of(f) << " named as " << d[0].dialect << ": " << d[0].evidence;
+}
+
+TEST(QuantDiagnosis, EachMutantIsNamedWhereItShows) {
+  expect_named(quant_case("vllm_static_fp8", 16, 256, DType::bfloat16, 4), fault("activation_rounding_elided"));
+  ref::Case e5 = quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 5, 0x1p-10);
+  e5.quant->format = ref::QFormat::float8_e5m2;
+  expect_named(e5, fault("e5m2_clamped_448"));
+  ref::Case nan = quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 6);
+  nan.inputs["x"].data[3] = NAN;
+  expect_named(nan, fault("nan_encoded_as_max"));
+  expect_named(quant_case("ocp_mxfp8", 16, 256, DType::bfloat16, 7), fault("mx_rule_swapped"));
+  ref::Case zero = quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 8);
+  for (std::size_t j = 0; j < 64; ++j) zero.inputs["x"].data[64 + j] = 0;
+  expect_named(zero, fault("min_scale_missing"));
+  expect_named(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 9), fault("e4m3fnuz_max"));
+  expect_named(quant_case("flashinfer_fp8", 16, 256, DType::bfloat16, 10), fault("bf16_round_trip_before_fp8"));
+  expect_named(quant_case("vllm_dynamic_fp8", 16, 256, DType::bfloat16, 11), fault("amax_unrounded"));
+  expect_named(quant_case("te_nvfp4", 16, 256, DType::bfloat16, 11), fault("amax_unrounded"));
+  expect_named(quant_case("vllm_dynamic_fp8", 16, 256, DType::bfloat16, 12), fault("reciprocal_for_divide"));
+  expect_named(quant_case("te_mxfp8", 16, 256, DType::bfloat16, 13), fault("mx_block_wrong_dim"));
+  expect_named(quant_case("vllm_static_fp8", 16, 256, DType::bfloat16, 14), fault("stochastic_rounding_forward"));
+  expect_named(quant_case("vllm_dynamic_int8", 16, 256, DType::bfloat16, 14), fault("stochastic_rounding_forward"));
+}
+
+// A fault of the norm shows in the codes too; no quantization fault may take the blame (the
+// stochastic-rounding dialect, whose pair of codes also holds a slightly wrong value's code, least
+// of all).
+TEST(QuantDiagnosis, NormFaultsAreNotNamedAsQuantizationFaults) {
+  int failed = 0;
+  for (const char* preset : {"vllm_static_fp8", "vllm_dynamic_fp8", "vllm_dynamic_int8", "ocp_mxfp8", "te_nvfp4"})
+    for (const Fault f : {fault("rstd_bf16"), fault("rms_centred"), fault("weight_before_downcast")}) {
+      const ref::Case c = quant_case(preset, 16, 256, DType::bfloat16, 15);
+      const fix::FixtureCase fc = test::fixture_of(c);
+      const Outputs got = run_kernel(c, Reduction::two_pass, f);
+      const CaseResult res = check_quant_case(fc, got);
+      if (res.verdict != Verdict::failed) continue;
+      ++failed;
+      for (const auto& d : diagnose_quant(fc, got, res))
+        EXPECT_FALSE(d.explains) << preset << " " << name_of(f) << ": " << d.dialect << " " << d.evidence;
+    }
+  EXPECT_GE(failed, 8);  // the faults show on most of these cases
 }
 
 }  // namespace

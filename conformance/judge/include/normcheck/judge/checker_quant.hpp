@@ -7,6 +7,7 @@
 #pragma once
 
 #include "normcheck/judge/checker.hpp"
+#include "normcheck/judge/diagnosis.hpp"
 
 namespace normcheck::conf {
 
@@ -22,5 +23,18 @@ inline constexpr std::size_t kMaxFlipsExplained = 8;
 // judged against the candidate's scale (OutputResult::own_scale); a scale beyond it FAILS and its
 // codes are judged against the certified scale.
 CaseResult check_quant_case(const fix::FixtureCase& fc, const Outputs& got, const CheckOptions& opt = {});
+
+// Which quantization fault (class H) explains a quantized case that check_quant_case FAILED
+// (`judged` is its result): each dialect is the contract's quantization with one catalogue fault,
+// run on the certified norm output rounded as the contract says (DIAGNOSIS.md, "Quantized
+// outputs"). Best first, at most opt.keep; empty for a case that is not a FAILED quantized one or
+// that the emulation cannot read (never throws). It evaluates the case's norm part with the
+// reference once.
+std::vector<Diagnosis> diagnose_quant(const fix::FixtureCase& fc, const Outputs& got, const CaseResult& judged,
+                                      const DiagnoseOptions& opt = {});
+
+// The quantization dialects (class H), in catalogue order; dialect_panel() lists them after the
+// norm's.
+const std::vector<DialectInfo>& quant_dialect_panel();
 
 }  // namespace normcheck::conf

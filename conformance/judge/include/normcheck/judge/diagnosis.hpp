@@ -22,7 +22,7 @@ namespace normcheck::conf {
 // the results file (reports/RESULTS.md).
 struct Diagnosis {
   std::string dialect;      // "eps_outside_sqrt"
-  std::string fault_class;  // "A" .. "G", the fault classes of conformance/DIAGNOSIS.md
+  std::string fault_class;  // "A" .. "H", the fault classes of conformance/DIAGNOSIS.md
   std::string title;        // "eps added outside the sqrt"
   double score = 0;         // max error / allowance over the compared elements (inf: NaN mismatch)
   bool explains = false;    // score <= 1

@@ -208,7 +208,7 @@ inline constexpr std::array kFaults{
     FaultEntry{"reciprocal_for_divide", 'H', "`u = p * rn32(1/s)` where the contract divides `u = p / s`",
                "a reciprocal multiply where the contract's kernel divides: the quotient differs by an ulp, enough to "
                "cross a code boundary",
-               "hw-native-sys/pypto-lib #866", "`q_vllm_dynamic_fp8_*`", mutant},
+               "hw-native-sys/pypto-lib #866", "`q_vllm_dynamic_fp8_bf16_midpoints` (y / 7 on E4M3 midpoints)", mutant},
     FaultEntry{"mx_block_wrong_dim", 'H', "MX blocks of 32 consecutive elements of the column-major order",
                "the MX block taken along the other dimension (an axis or row-wise flag read wrong): each E8M0 scale "
                "covers elements of several rows",
