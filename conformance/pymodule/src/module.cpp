@@ -23,6 +23,7 @@
 #include "normcheck/fixtures/error.hpp"
 #include "normcheck/fixtures/generate.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
+#include "normcheck/judge/checker_quant.hpp"
 #include "normcheck/judge/checker.hpp"
 #include "normcheck/judge/declared.hpp"
 #include "normcheck/judge/diagnosis.hpp"
@@ -272,9 +273,20 @@ Judgement judge(const fix::FixtureCase& fc, const std::map<std::string, std::pai
     for (const auto& [name, t] : got) subset->expected.emplace(name, fc.expected.at(name));
   }
   const fix::FixtureCase& judged = subset ? *subset : fc;
-  const auto allow = conf::derive_allowances(fc.c, red);
   conf::CheckOptions opt;
   opt.flush_subnormal_outputs = flush_subnormal_outputs;
+  if (fc.c.quant) {
+    // Fused norm + quantization: codes and scales by TOLERANCE.md section 10 (their allowance is
+    // that of the value before quantization, not one per code: no allowance or error arrays).
+    j.result = conf::check_quant_case(judged, got, opt);
+    if (diagnose && conf::diagnosable(j.result)) {
+      j.result.diagnosis = conf::diagnose_quant(judged, got, j.result);
+      j.result.diagnosed = true;
+    }
+    conf::describe_case(j.result, fc);
+    return j;
+  }
+  const auto allow = conf::derive_allowances(fc.c, red);
   j.result = conf::check_case(judged, got, allow, opt);
   if (diagnose && conf::diagnosable(j.result)) {
     j.result.diagnosis = conf::diagnose(judged, got, allow);

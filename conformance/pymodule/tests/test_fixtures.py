@@ -126,3 +126,18 @@ def test_generate_progress_bar_on_a_terminal_only(tmp_path):
     assert "[" + "=" * 30 + "] 1/1 rms_f32_offset1" in bar, repr(bar)
     assert "] 1/1" not in _generate_in_child(tmp_path, "b.h5", stderr_tty=False)
     assert "] 1/1" not in _generate_in_child(tmp_path, "c.h5", stderr_tty=True, progress="False")
+
+
+def test_quantized_case_is_judged_and_diagnosed():
+    # A fused norm + quantization case: codes judged as `normcheck check` judges them
+    # (TOLERANCE.md section 10), a failure diagnosed by the quantization dialects (class H).
+    cases = normcheck.fixtures.generate("quant")
+    case = cases["q_ocp_mxfp8_e5m2_bfloat16_normal"]  # MX E5M2: u up to 2^16
+    assert case.check(case.expected).verdict == "PASSED"
+    q = np.array(case.expected["q"])
+    mag = q.astype(np.int64) & 0x7F
+    assert (mag > 0x5F).any(), "the case has E5M2 values above 448"
+    clamped = np.where(mag > 0x5F, (q.astype(np.int64) & 0x80) | 0x5F, q)  # 0x5F: E5M2's 448
+    r = case.check(dict(case.expected, q=clamped))
+    assert r.verdict == "FAILED"
+    assert r.diagnosis[0].dialect == "e5m2_clamped_448" and r.diagnosis[0].explains
