@@ -5,9 +5,12 @@
 // test; quant_crosscheck.py checks every code against an independent brute-force encoder.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cfloat>
 #include <cmath>
+#include <random>
 
+#include "exact.hpp"
 #include "normcheck/reference/case_json.hpp"
 #include "normcheck/reference/evaluate.hpp"
 #include "normcheck/reference/outputs.hpp"
@@ -519,6 +522,42 @@ TEST(QuantJson, PresetsFieldsAndErrors) {
   bad = j;
   bad["quant"]["bogus"] = 1;
   EXPECT_THROW(case_from_json(bad), CaseError);
+}
+
+// apply_scale's division takes binary64 where the operands are float32 values and the quotient is
+// a normal float32 number (quant.cpp div32): the same value as the exact rational everywhere,
+// checked on random float32 pairs over the whole exponent range, on quotients next to float32
+// midpoints, and at the ends of the normal range (where the rational takes over).
+TEST(QuantScale, Float32DivisionEqualsTheExactQuotient) {
+  const auto exact_div = [](double a, double b) {
+    return detail::round_rational(detail::exact(a) / detail::exact(b), DType::float32);
+  };
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<std::uint32_t> bits(0, 0x7F7FFFFF);
+  int compared = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const double a = std::bit_cast<float>(bits(rng)) * (i % 2 ? -1.0 : 1.0);
+    const double b = std::bit_cast<float>(bits(rng) | 1u);  // nonzero
+    const double got = apply_scale(a, b, ScaleApply::divide);
+    const double want = exact_div(a, b);
+    ASSERT_TRUE(got == want || (std::isnan(got) && std::isnan(want))) << a << " / " << b;
+    ++compared;
+  }
+  // Quotients that are float32 midpoints or next to them: (m + 1/2 ulp) * b / b with small b.
+  for (int i = 0; i < 20000; ++i) {
+    const float m = std::bit_cast<float>(0x3F800000u + (bits(rng) & 0x7FFFFF));
+    const double b = 3 + (i % 13);  // exact small divisors
+    for (const double up : {-1.0, 0.0, 1.0}) {
+      const double mid = static_cast<double>(m) + std::ldexp(1.0, -24) * (1 + up * std::ldexp(1.0, -20));
+      const double a = static_cast<double>(static_cast<float>(mid * b));
+      ASSERT_EQ(apply_scale(a, b, ScaleApply::divide), exact_div(a, b)) << a << " / " << b;
+      ++compared;
+    }
+  }
+  for (const double a : {static_cast<double>(FLT_MIN), static_cast<double>(FLT_MAX), std::ldexp(1.0, -149), 1.0})
+    for (const double b : {3.0, 0.75, static_cast<double>(FLT_MAX), std::ldexp(1.0, -149), 7.0})
+      EXPECT_EQ(apply_scale(a, b, ScaleApply::divide), exact_div(a, b)) << a << " / " << b;
+  EXPECT_GT(compared, 250000);
 }
 
 }  // namespace
