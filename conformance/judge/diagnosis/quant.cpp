@@ -200,17 +200,10 @@ class Emulator {
     const auto put = [&](std::size_t i, double u) { out.u[i] = u; };
     const ScaleApply apply =
         f == QFault::reciprocal_for_divide && q_.apply == ScaleApply::divide ? ScaleApply::reciprocal : q_.apply;
-    // ref::apply_scale in binary64: p and the scale are float32 values, so p * m is exact and
-    // rn32 of binary64's p / s is rn32(p / s) (a double rounding from 53 bits to 24 is innocuous
-    // for a quotient: 53 >= 2 * 24 + 2).
+    // A zero scale (min_scale_missing on an all-zero row) divides as float32 does: 0/0 is NaN.
     const auto scaled = [&](double v, double s) {
       if (s == 0 && apply != ScaleApply::multiply) return v == 0 || std::isnan(v) ? kNaN : std::copysign(INFINITY, v);
-      switch (apply) {
-        case ScaleApply::reciprocal: return rn32(v * rn32(1 / s));
-        case ScaleApply::divide: return rn32(v / s);
-        case ScaleApply::multiply: return rn32(v * s);
-      }
-      return kNaN;
+      return ref::apply_scale(v, s, apply);
     };
     const std::int64_t total = g_.rows * g_.cols;
     switch (q_.scale) {
