@@ -12,7 +12,7 @@
  * the interface. See conformance/plugin/README.md ("Writing a plugin") and conformance/examples/.
  *
  * Tensors are host memory. Inputs are read-only. Outputs are allocated by the host, dense and
- * row-major, and filled with a sentinel (NaN) before `run`, so an element the candidate never
+ * row-major, and filled with a sentinel (NaN; code outputs 0xFF bytes, nc_quant) before `run`, so an element the candidate never
  * writes cannot pass by accident; the candidate sets `written` = 1 on each output it produces
  * (one left at 0 is reported MISSING); the property tests (`normcheck prop`) call a second time
  * with another fill pattern, so an element never written shows even where NaN is expected. A
