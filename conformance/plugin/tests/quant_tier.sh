@@ -3,7 +3,7 @@
 # test plugin (quant_plugin.cpp, candidate.h nc_quant) and the Python child
 # (../../subprocess/tests/helpers/quant_candidate.py, PROTOCOL.md "Quantized cases") conform with
 # 0 FAILED on the static FP8, MXFP8 and NVFP4 cases they declare; their deliberately wrong
-# variants (every nonzero code moved to its neighbour) are FAILED; a builtin under --isolate
+# variants (every nonzero code moved to its neighbour) are FAILED; the plugin and a builtin under --isolate
 # (serve.cpp's side of the protocol) passes every quantized case; and candidates without quant
 # (a descriptor built before nc_quant, numpy_candidate.py) get them UNSUPPORTED with the reason.
 set -uo pipefail
@@ -43,6 +43,12 @@ run plugin "plugin:$plugin"
 for c in "${plugin_cases[@]}"; do
   [[ "$(verdict "$tmp/plugin.json" "$c")" == PASSED ]] || bad "quant plugin: $c not PASSED"
 done
+
+# The same plugin in a `normcheck worker` child: the codes cross the protocol too.
+run plugin_isolated "plugin:$plugin" --isolate
+[[ $code -eq 0 ]] || bad "isolated quant plugin: exit $code (want 0)"
+[[ "$(summary "$tmp/plugin_isolated.json" PASSED)" -eq "$(summary "$tmp/plugin.json" PASSED)" ]] ||
+  bad "isolated quant plugin: not as many PASSED as in process"
 
 run wrong "plugin:$wrong" --expect-reject
 [[ $code -eq 0 ]] || bad "wrong quant plugin: --expect-reject exit $code (want 0: rejected)"
