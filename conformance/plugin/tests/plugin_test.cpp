@@ -529,6 +529,10 @@ TEST(QuantPlugin, AChangedOutputDescriptorIsNamed) {
   }
 }
 
+TEST(QuantPlugin, UnknownFormatBitsAreRefusedAtLoad) {
+  EXPECT_THAT(load_error(NC_QUANT_BAD_BITS), HasSubstr("quant_formats 0x23b has bits of no format (NC_Q_*)"));
+}
+
 // Additive within v1: a descriptor without the quant fields (a plugin built before them), and
 // the example plugin, which never set them, declare no quantization and are never sent a
 // quantized case.

@@ -11,6 +11,7 @@
 //   QUANT_CHANGES_DTYPE    sets q's nc_tensor dtype to NC_FLOAT32 (as if it returned floats)
 //   QUANT_OLD_DESCRIPTOR   a descriptor as a plugin built before nc_quant: struct_size ends
 //                          before quant_formats, so the host must not see quantization
+//   QUANT_BAD_BITS         quant_formats with a bit of no format: refused at load
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -333,6 +334,9 @@ nc_candidate make_descriptor() {
   d.quant_formats = (1u << NC_Q_FLOAT8_E4M3FN) | (1u << NC_Q_FLOAT8_E5M2) | (1u << NC_Q_MXFP8_E4M3) |
                     (1u << NC_Q_MXFP8_E5M2) | (1u << NC_Q_NVFP4_E2M1);
   d.quant_scales = (1u << NC_QS_STATIC_TENSOR) | (1u << NC_QS_MX_BLOCK) | (1u << NC_QS_NVFP4_BLOCK);
+#if defined(QUANT_BAD_BITS)
+  d.quant_formats |= 1u << 9;
+#endif
   return d;
 }
 
