@@ -6,7 +6,8 @@
 #   builtin:ggml-cuda             ggml's CUDA backend (conformance/candidates/ggml/), held to its
 #                                 recorded findings; NOT RUN where ggml is not installed here
 #                                 (scripts/install-ggml.sh needs the npm registry)
-# Results files: $out/device/cuda.json, $out/device/torch_cuda.json, $out/device/ggml-cuda.json.
+#   builtin:cuda on the quant tier (fused RMSNorm + static / per-token FP8 and int8 quantization)
+# Results files: $out/device/cuda.json, cuda_quant.json, torch_cuda.json, ggml-cuda.json.
 #
 # Exit status: 0 when every candidate that ran conforms (nothing FAILED, CRASHED, TIMEOUT or MISSING, and builtin:cuda
 # passed at least one case), 1 when a candidate does not, 2 without a GPU, 3 when the build or
@@ -71,8 +72,9 @@ fi
 
 # PASSED count of a results file (0 when it cannot be read).
 passed() {
-  "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["summary"].get("passed", 0))' "$1" 2>/dev/null ||
-    grep -o '"passed": *[0-9]*' "$1" 2>/dev/null | grep -o '[0-9]*$' || echo 0
+  # The summary's keys are the verdicts in capitals ("PASSED"); older files wrote them in lower case.
+  "$python" -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print(s.get("PASSED", s.get("passed", 0)))' "$1" 2>/dev/null ||
+    grep -io '"passed": *[0-9]*' "$1" 2>/dev/null | grep -o '[0-9]*$' || echo 0
 }
 
 status=0
@@ -90,6 +92,24 @@ if timeout 300 "$normcheck" run --candidate "$cuda_spec" --fixtures "$out/ci.h5"
   fi
 else
   verdicts+=("$cuda_spec: FAILED (exit $?)")
+  status=1
+fi
+
+echo
+echo "=== $cuda_spec on the quant tier (fused RMSNorm + FP8/int8 quantization; MX and NVFP4 UNSUPPORTED)"
+t0=$SECONDS
+if ! "$normcheck" fixtures generate --tier quant -o "$out/quant.h5" --force >/dev/null; then
+  verdicts+=("$cuda_spec quant: NOT RUN (fixtures generate --tier quant failed)")
+  status=1
+elif timeout 120 "$normcheck" run --candidate "$cuda_spec" --fixtures "$out/quant.h5" --json "$out/device/cuda_quant.json" --force; then
+  if [[ "$(passed "$out/device/cuda_quant.json")" -gt 0 ]]; then
+    verdicts+=("$cuda_spec quant: conforms ($((SECONDS - t0)) s)")
+  else
+    verdicts+=("$cuda_spec quant: NO CASE PASSED (see the UNSUPPORTED reason above)")
+    status=1
+  fi
+else
+  verdicts+=("$cuda_spec quant: FAILED (exit $?)")
   status=1
 fi
 

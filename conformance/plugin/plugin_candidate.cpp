@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "plugin_loader.hpp"
+#include "quant_wire.hpp"
 #include "transports.hpp"
 
 namespace normcheck::conf {
@@ -46,9 +47,35 @@ static_assert(static_cast<int>(ref::Block::none) == NC_BLOCK_NONE &&
               static_cast<int>(ref::Block::deepnorm) == NC_BLOCK_DEEPNORM);
 static_assert(static_cast<int>(ref::Activation::gelu) == NC_GELU &&
               static_cast<int>(ref::Activation::relu) == NC_RELU);
+static_assert(static_cast<int>(ref::QFormat::float8_e4m3fn) == NC_Q_FLOAT8_E4M3FN &&
+              static_cast<int>(ref::QFormat::float8_e5m2) == NC_Q_FLOAT8_E5M2 &&
+              static_cast<int>(ref::QFormat::int8) == NC_Q_INT8 &&
+              static_cast<int>(ref::QFormat::mxfp8_e4m3) == NC_Q_MXFP8_E4M3 &&
+              static_cast<int>(ref::QFormat::mxfp8_e5m2) == NC_Q_MXFP8_E5M2 &&
+              static_cast<int>(ref::QFormat::nvfp4_e2m1) == NC_Q_NVFP4_E2M1);
+static_assert(static_cast<int>(ref::ScaleKind::static_tensor) == NC_QS_STATIC_TENSOR &&
+              static_cast<int>(ref::ScaleKind::dynamic_token) == NC_QS_DYNAMIC_TOKEN &&
+              static_cast<int>(ref::ScaleKind::mx_block) == NC_QS_MX_BLOCK &&
+              static_cast<int>(ref::ScaleKind::nvfp4_block) == NC_QS_NVFP4_BLOCK);
+static_assert(static_cast<int>(ref::ResidualSum::rounded) == NC_QR_ROUNDED &&
+              static_cast<int>(ref::ResidualSum::unrounded) == NC_QR_UNROUNDED);
+static_assert(static_cast<int>(ref::QuantValue::activation) == NC_QV_ACTIVATION &&
+              static_cast<int>(ref::QuantValue::float32) == NC_QV_FLOAT32);
+static_assert(static_cast<int>(ref::ScaleApply::reciprocal) == NC_QA_RECIPROCAL &&
+              static_cast<int>(ref::ScaleApply::divide) == NC_QA_DIVIDE &&
+              static_cast<int>(ref::ScaleApply::multiply) == NC_QA_MULTIPLY);
+static_assert(static_cast<int>(ref::MxRule::floor) == NC_QMX_FLOOR &&
+              static_cast<int>(ref::MxRule::round_up) == NC_QMX_ROUND_UP);
+static_assert(static_cast<int>(ref::NanPolicy::nan_code) == NC_QN_NAN_CODE &&
+              static_cast<int>(ref::NanPolicy::unspecified) == NC_QN_UNSPECIFIED);
 
 // v1's descriptor ends with `run`; a later header may append fields, so this is not sizeof.
 constexpr std::size_t kV1DescriptorSize = offsetof(nc_candidate, run) + sizeof(nc_candidate::run);
+// The descriptor of a plugin that can declare quantization (quant_formats, quant_scales).
+constexpr std::size_t kQuantDescriptorSize = offsetof(nc_candidate, quant_scales) + sizeof(nc_candidate::quant_scales);
+// Bytes after each code buffer, filled with kGuardByte and checked after `run`: at least the
+// buffer's own size, so that NVFP4 codes written one a byte instead of packed land here.
+constexpr std::uint8_t kGuardByte = 0xA5;
 // Message buffers handed to the plugin (candidate.h promises at least 256 bytes).
 constexpr std::size_t kMessageLen = 4096;
 // Host buffers start on a cache line, so that aligned vector loads of a dense row start work
@@ -216,6 +243,25 @@ class CaseView {
     nc_.dtype_out = static_cast<std::int32_t>(c.dtype_out);
     nc_.dtype_compute = static_cast<std::int32_t>(c.dtype_compute);
     nc_.dtype_residual = static_cast<std::int32_t>(c.dtype_residual);
+    nc_.quant = nullptr;
+    if (c.quant) {
+      const ref::QuantContract& q = *c.quant;
+      preset_ = q.preset;
+      q_.struct_size = sizeof(nc_quant);
+      q_.format = static_cast<std::int32_t>(q.format);
+      q_.scale = static_cast<std::int32_t>(q.scale);
+      q_.residual_sum = static_cast<std::int32_t>(q.residual_sum);
+      q_.value = static_cast<std::int32_t>(q.value);
+      q_.apply = static_cast<std::int32_t>(q.apply);
+      q_.mx_rule = static_cast<std::int32_t>(q.mx_rule);
+      q_.nan = static_cast<std::int32_t>(q.nan);
+      q_.scale_ub = q.scale_ub;
+      q_.min_scale = q.min_scale;
+      q_.amax = q.amax ? 1 : 0;
+      q_.y = q.y ? 1 : 0;
+      q_.preset = preset_.c_str();
+      nc_.quant = &q_;
+    }
   }
   CaseView(const CaseView&) = delete;
   CaseView& operator=(const CaseView&) = delete;
@@ -224,8 +270,64 @@ class CaseView {
  private:
   ref::Geometry g_;
   std::string id_;
+  std::string preset_;
+  nc_quant q_{};
   nc_case nc_{};
 };
+
+// The host buffer of a code output (candidate.h nc_quant): bytes as the fixture stores them,
+// dense, filled with `fill`, followed by a guard region that run() checks.
+class CodeBuffer {
+ public:
+  CodeBuffer(const OutputSpec& spec, std::uint8_t fill) : spec_(spec), layout_(wire::layout_of(spec)) {
+    const auto bytes = static_cast<std::size_t>(layout_.bytes);
+    guard_ = std::max<std::size_t>(bytes, kAlignment);
+    const std::size_t rounded = (bytes + guard_ + kAlignment - 1) / kAlignment * kAlignment;
+    data_.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kAlignment, rounded)));
+    if (!data_) throw std::bad_alloc();
+    std::memset(data_.get(), fill, bytes);
+    std::memset(data_.get() + bytes, kGuardByte, rounded - bytes);
+    strides_.assign(layout_.shape.size(), 1);
+    for (std::size_t d = layout_.shape.size(); d-- > 1;) strides_[d - 1] = strides_[d] * layout_.shape[d];
+  }
+  nc_tensor view() {
+    return {data_.get(), layout_.storage == wire::Storage::int8 ? NC_INT8 : NC_UINT8,
+            static_cast<std::int32_t>(layout_.shape.size()), layout_.shape.data(), strides_.data()};
+  }
+  // Where the plugin wrote past the end, if it did: "output 'q': ...".
+  std::optional<std::string> overrun(const std::string& name) const {
+    const auto bytes = static_cast<std::size_t>(layout_.bytes);
+    for (std::size_t i = 0; i < guard_; ++i)
+      if (data_[bytes + i] != kGuardByte)
+        return fmt::format(
+            "the plugin wrote past the end of output '{}' (byte {} of a {}-byte buffer, {} {}{}): a buffer overrun",
+            name, bytes + i, bytes, wire::name_of(layout_.storage), proto_shape(layout_.shape),
+            layout_.packed ? ", NVFP4 codes packed two per byte, element 2k in the low nibble" : "");
+    return std::nullopt;
+  }
+  ref::Tensor to_tensor() const { return wire::from_bytes(spec_, data_.get()); }
+
+ private:
+  static std::string proto_shape(const std::vector<std::int64_t>& shape) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+    return out + "]";
+  }
+  struct Free {
+    void operator()(std::uint8_t* p) const { std::free(p); }
+  };
+  OutputSpec spec_;
+  wire::CodeLayout layout_;
+  std::vector<std::int64_t> strides_;
+  std::size_t guard_ = 0;
+  std::unique_ptr<std::uint8_t[], Free> data_;
+};
+
+// The outputs the quantization contract makes float32 whatever the plugin's dtypes (the static
+// scale input; dynamic scales, global scale and amax outputs).
+bool quant_float32_tensor(const ref::Case& c, const std::string& name) {
+  return c.quant && (name == "scale" || name == "global_scale" || name == "amax");
+}
 
 class PluginCandidate final : public Candidate {
  public:
@@ -399,6 +501,20 @@ CandidateInfo info_of(const nc_candidate& d, std::string name, CandidateKind kin
       throw std::invalid_argument(fmt::format("plugin {}: {}", info.name, e.what()));
     }
   }
+  if (d.struct_size >= kQuantDescriptorSize) {  // a plugin built before nc_quant declares none
+    constexpr ref::QFormat kFormats[] = {ref::QFormat::float8_e4m3fn, ref::QFormat::float8_e5m2, ref::QFormat::int8,
+                                         ref::QFormat::mxfp8_e4m3, ref::QFormat::mxfp8_e5m2, ref::QFormat::nvfp4_e2m1};
+    constexpr ref::ScaleKind kScales[] = {ref::ScaleKind::static_tensor, ref::ScaleKind::dynamic_token,
+                                          ref::ScaleKind::mx_block, ref::ScaleKind::nvfp4_block};
+    if (d.quant_formats >> std::size(kFormats))
+      throw std::invalid_argument(fmt::format("plugin {}: quant_formats 0x{:x} has bits of no format (NC_Q_*)",
+                                              info.name, d.quant_formats));
+    if (d.quant_scales >> std::size(kScales))
+      throw std::invalid_argument(fmt::format("plugin {}: quant_scales 0x{:x} has bits of no scale kind (NC_QS_*)",
+                                              info.name, d.quant_scales));
+    caps.quant_formats = from_bits(d.quant_formats, kFormats);
+    caps.quant_scales = from_bits(d.quant_scales, kScales);
+  }
   caps.device = d.device && *d.device ? d.device : "cpu";
   return info;
 }
@@ -476,7 +592,7 @@ Outputs PluginCandidate::run(const ref::Case& c) {
   std::vector<nc_named_tensor> inputs;
   buffers.reserve(c.inputs.size());
   for (const auto& [name, t] : c.inputs) {
-    covered(name, t.dtype, d.dtypes);
+    if (!quant_float32_tensor(c, name)) covered(name, t.dtype, d.dtypes);
     auto& b = buffers.emplace_back(t.dtype, t.shape, layout_);
     if (static_cast<std::size_t>(b.numel()) != t.data.size())
       throw ref::CaseError("inputs/" + name, fmt::format("holds {} values for a shape of {} elements",
@@ -492,10 +608,19 @@ Outputs PluginCandidate::run(const ref::Case& c) {
 
   const auto specs = output_specs(c);
   std::vector<HostTensor> out_buffers;
+  std::vector<CodeBuffer> code_buffers;  // code outputs (quantized cases), in the order of specs
   std::vector<nc_named_tensor> outputs;
   out_buffers.reserve(specs.size());
+  code_buffers.reserve(specs.size());
   for (const auto& [name, spec] : specs) {
-    covered(name, spec.dtype, d.dtypes | d.compute_dtypes);
+    if (!spec.codes.empty()) {
+      // Codes have no NaN: 0xFF bytes (the NaN code of E4M3, E5M2 and E8M0), and another
+      // pattern for the property tests' second call.
+      auto& b = code_buffers.emplace_back(spec, std::isnan(sentinel_) ? std::uint8_t{0xFF} : std::uint8_t{0x5A});
+      outputs.push_back({name.c_str(), b.view(), 0});
+      continue;
+    }
+    if (!quant_float32_tensor(c, name)) covered(name, spec.dtype, d.dtypes | d.compute_dtypes);
     auto& b = out_buffers.emplace_back(spec.dtype, spec.shape);
     // The sentinel: an element the candidate never writes stays NaN and cannot pass (or holds
     // the second pattern set by set_output_sentinel, rounded to the output's dtype).
@@ -503,6 +628,7 @@ Outputs PluginCandidate::run(const ref::Case& c) {
     for (std::int64_t i = 0; i < b.numel(); ++i) ref::store_native(fill, spec.dtype, b.at(i));
     outputs.push_back({name.c_str(), b.view(), 0});
   }
+  const std::vector<nc_named_tensor> given = outputs;  // what the plugin must leave as it is
 
   int rc = 0;
   char err[kMessageLen] = {};
@@ -524,12 +650,35 @@ Outputs PluginCandidate::run(const ref::Case& c) {
                                      : fmt::format("plugin run returned {}: {}", rc, why));
   }
 
-  // Read back from our own buffers, whatever the plugin did to the nc_tensor fields; an output
-  // left at written = 0 is left out (MISSING).
+  // A code buffer overrun, or a code output's nc_tensor changed (a plugin that thinks it returns
+  // a buffer, a dtype or a shape of its own), is a broken case, said plainly (candidate.h nc_quant).
+  {
+    std::size_t i = 0, k = 0;
+    for (const auto& [name, spec] : specs) {
+      if (!spec.codes.empty()) {
+        if (auto why = code_buffers[k++].overrun(name)) throw CandidateError(*why);
+        const nc_tensor& was = given[i].tensor;
+        const nc_tensor& now = outputs[i].tensor;
+        if (now.data != was.data || now.dtype != was.dtype || now.rank != was.rank || now.shape != was.shape ||
+            now.strides != was.strides)
+          throw CandidateError(fmt::format(
+              "the plugin changed the nc_tensor of output '{}' (dtype {} -> {}, rank {} -> {}, or its data, shape or "
+              "strides pointer): outputs are allocated by the host; write the codes into the buffer given, as its "
+              "dtype (NC_UINT8 / NC_INT8) and shape say",
+              name, was.dtype, now.dtype, was.rank, now.rank));
+      }
+      ++i;
+    }
+  }
+
+  // Read back from our own buffers, whatever the plugin did to the nc_tensor fields of the other
+  // outputs; an output left at written = 0 is left out (MISSING).
   Outputs result;
-  std::size_t i = 0;
-  for (const auto& entry : specs) {
-    if (outputs[i].written != 0) result.emplace(entry.first, out_buffers[i].to_tensor());
+  std::size_t i = 0, k = 0, f = 0;
+  for (const auto& [name, spec] : specs) {
+    const bool codes = !spec.codes.empty();
+    if (outputs[i].written != 0) result.emplace(name, codes ? code_buffers[k].to_tensor() : out_buffers[f].to_tensor());
+    ++(codes ? k : f);
     ++i;
   }
   return result;

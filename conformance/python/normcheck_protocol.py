@@ -10,8 +10,14 @@ written in Python.
     serve("my kernel", {"ops": ["rmsnorm"], "directions": ["forward"]}, run)
 
 `case` is the request's case object (the attributes of fixtures/SCHEMA.md, `norm_dims`, the
-`*_hex` forms) plus two keys the module adds: `outputs`, name -> {"dtype", "shape"} of every
-output the host expects, and `request`, the request number.
+`*_hex` forms, and `quant` for a quantized case) plus two keys the module adds: `outputs`,
+name -> {"dtype", "shape"} of every output the host expects (codes also "codes", their format,
+and for NVFP4 "packing"), and `request`, the request number.
+
+Quantized cases (PROTOCOL.md, "Quantized cases"; declare "quant_formats" and "quant_scales" in
+the capabilities): code outputs (`q`, MX/NVFP4 block `scale`) have dtype "uint8" ("int8" for the
+int8 format) and are returned as integer arrays of the requested shape, NVFP4 packed two codes
+per byte (pack_nvfp4 does it); values out of the dtype's range are an error, never wrapped.
 
 Dtypes in Python:
   - float64, float32, float16 inputs arrive as numpy arrays of that dtype;
@@ -43,7 +49,25 @@ _WIRE = {  # dtype name -> (wire numpy dtype, Python-side numpy dtype)
     "float32": (np.dtype("<f4"), np.dtype(np.float32)),
     "float16": (np.dtype("<f2"), np.dtype(np.float16)),
     "bfloat16": (np.dtype("<u2"), np.dtype(np.float32)),
+    "uint8": (np.dtype("u1"), np.dtype(np.uint8)),  # codes of quantized cases
+    "int8": (np.dtype("i1"), np.dtype(np.int8)),
 }
+_CODE_RANGE = {"uint8": (0, 255), "int8": (-128, 127)}
+
+
+def pack_nvfp4(codes):
+    """E2M1 codes (0..15, last dim even) -> bytes two per byte along the last dim, element 2k in
+    the low nibble of byte k (fixtures/SCHEMA.md, "NVFP4 packing")."""
+    c = np.asarray(codes, dtype=np.uint8)
+    if c.shape[-1] % 2:
+        raise ValueError("NVFP4 codes need an even last dim")
+    return (c[..., 0::2] & 0xF) | ((c[..., 1::2] & 0xF) << 4)
+
+
+def unpack_nvfp4(packed):
+    """The inverse of pack_nvfp4."""
+    b = np.asarray(packed, dtype=np.uint8)
+    return np.stack([b & 0xF, b >> 4], axis=-1).reshape(b.shape[:-1] + (2 * b.shape[-1],))
 
 
 class Declined(Exception):
@@ -101,6 +125,14 @@ def to_wire(name, value, dtype, shape):
         raise ValueError(f"output '{name}' has shape {list(a.shape)}, the case wants {list(shape)}")
     if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise ValueError(f"output '{name}' has dtype {a.dtype}, not a number type")
+    if dtype in _CODE_RANGE:  # codes: integers within the dtype's range, never rounded or wrapped
+        lo, hi = _CODE_RANGE[dtype]
+        f = a.astype(np.float64)
+        bad = ~((f >= lo) & (f <= hi) & (f == np.floor(f)))
+        if bad.any():
+            i = int(np.flatnonzero(bad.reshape(-1))[0])
+            raise ValueError(f"output '{name}': element {i} ({f.reshape(-1)[i]!r}) is not a {dtype} code ({lo} to {hi})")
+        return np.ascontiguousarray(f.astype(_WIRE[dtype][0])).tobytes()
     if dtype == "bfloat16":
         if a.dtype == np.float64 or np.issubdtype(a.dtype, np.integer):
             a = _float64_to_float32_odd(a.astype(np.float64))
@@ -226,7 +258,8 @@ def _answer(ch, header, inputs, run_fn):
     try:
         case = dict(header.get("case") or {})
         wanted = {o["name"]: o for o in header.get("outputs", [])}
-        case["outputs"] = {k: {"dtype": o["dtype"], "shape": list(o["shape"])} for k, o in wanted.items()}
+        case["outputs"] = {k: {x: (list(o[x]) if x == "shape" else o[x]) for x in ("dtype", "shape", "codes", "packing")
+                               if x in o} for k, o in wanted.items()}
         case["request"] = header.get("request")
         outs = run_fn(case, inputs)
         entries, payloads = [], []

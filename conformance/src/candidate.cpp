@@ -46,8 +46,16 @@ bool contract_supported(const Capabilities& caps, const std::string& spec) {
 
 std::optional<std::string> unsupported_reason(const Capabilities& caps, const ref::Case& c) {
   if (!has(caps.ops, c.op)) return fmt::format("op {} not supported", ref::name_of(c.op));
-  if (c.quant && !caps.quant)
-    return std::string("quantized outputs (q, scale) not supported: fused norm + quantization is judged only for builtin candidates this release");
+  if (c.quant) {
+    if (caps.quant_formats.empty() || caps.quant_scales.empty())
+      return std::string(
+          "quantized outputs (q, scale) not supported: the candidate declares no quant formats and scale kinds "
+          "(candidate.h quant_formats/quant_scales, the protocol's capabilities.quant_formats/quant_scales)");
+    if (!has(caps.quant_formats, c.quant->format))
+      return fmt::format("quant format {} not supported", ref::name_of(c.quant->format));
+    if (!has(caps.quant_scales, c.quant->scale))
+      return fmt::format("quant scale {} not supported", ref::name_of(c.quant->scale));
+  }
   if (!has(caps.directions, c.direction))
     return fmt::format("direction {} not supported", ref::name_of(c.direction));
   const std::pair<const char*, ref::DType> roles[] = {{"dtype_x", c.dtype_x},

@@ -12,6 +12,7 @@
 #include "normcheck/conformance/capabilities_json.hpp"
 #include "normcheck/reference/case_json.hpp"
 #include "normcheck/reference/dtype.hpp"
+#include "normcheck/reference/quant.hpp"
 
 namespace normcheck::conf::proto {
 
@@ -103,6 +104,23 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return out + "]";
 }
 
+std::string dtype_text(const TensorEntry& e) {
+  return e.codes ? std::string(wire::name_of(*e.codes)) : std::string(ref::name_of(e.dtype));
+}
+
+namespace {
+
+// The storage of a code tensor by its dtype name, if it is one.
+std::optional<wire::Storage> code_storage(const json& j) {
+  if (!j.is_string()) return std::nullopt;
+  const auto s = j.get<std::string>();
+  if (s == "uint8") return wire::Storage::uint8;
+  if (s == "int8") return wire::Storage::int8;
+  return std::nullopt;
+}
+
+}  // namespace
+
 TensorEntry parse_entry(const json& j, const std::string& where) {
   if (!j.is_object()) throw ProtocolError(fmt::format("{} must be an object", where));
   TensorEntry e;
@@ -111,7 +129,9 @@ TensorEntry parse_entry(const json& j, const std::string& where) {
     throw ProtocolError(fmt::format("{}.name must be a non-empty string", where));
   e.name = name.get<std::string>();
   const std::string at = fmt::format("{} ('{}')", where, e.name);
-  e.dtype = dtype_field(required(j, "dtype", at.c_str()), at + ".dtype");
+  const json& dt = required(j, "dtype", at.c_str());
+  e.codes = code_storage(dt);
+  if (!e.codes) e.dtype = dtype_field(dt, at + ".dtype");
   e.shape = shape_field(required(j, "shape", at.c_str()), at);
   e.numel = 1;
   for (auto d : e.shape) {
@@ -123,11 +143,10 @@ TensorEntry parse_entry(const json& j, const std::string& where) {
   const json& nb = required(j, "nbytes", at.c_str());
   if (!nb.is_number_integer() || nb.get<std::int64_t>() < 0)
     throw ProtocolError(fmt::format("{}.nbytes must be a non-negative integer", at));
-  e.nbytes = static_cast<std::size_t>(e.numel) * ref::storage_bytes(e.dtype);
+  e.nbytes = static_cast<std::size_t>(e.numel) * (e.codes ? 1 : ref::storage_bytes(e.dtype));
   if (nb.get<std::uint64_t>() != e.nbytes)
     throw ProtocolError(fmt::format("{}: nbytes {} does not match shape {} of {} ({} bytes)", at,
-                                    nb.get<std::uint64_t>(), shape_text(e.shape), ref::name_of(e.dtype),
-                                    e.nbytes));
+                                    nb.get<std::uint64_t>(), shape_text(e.shape), dtype_text(e), e.nbytes));
   return e;
 }
 
@@ -164,10 +183,15 @@ void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bo
 
 ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes) {
   ref::Tensor t;
-  t.dtype = e.dtype;
+  t.dtype = e.codes ? ref::DType::float64 : e.dtype;
   t.shape = e.shape;
   const auto n = static_cast<std::size_t>(e.numel);
   t.data.resize(n);
+  if (e.codes) {
+    for (std::size_t i = 0; i < n; ++i)
+      t.data[i] = *e.codes == wire::Storage::int8 ? static_cast<double>(static_cast<std::int8_t>(bytes[i])) : bytes[i];
+    return t;
+  }
   const std::size_t size = ref::storage_bytes(e.dtype);
   for (std::size_t i = 0; i < n; ++i) t.data[i] = ref::from_storage_bits(load_le(bytes + size * i, size), e.dtype);
   return t;
@@ -200,6 +224,27 @@ json case_json(const ref::Case& c) {
   j["dtype_out"] = ref::name_of(c.dtype_out);
   j["dtype_compute"] = ref::name_of(c.dtype_compute);
   j["dtype_residual"] = ref::name_of(c.dtype_residual);
+  if (c.quant) {  // PROTOCOL.md "Quantized cases": CASE_JSON.md's quant object, every field given
+    const ref::QuantContract& q = *c.quant;
+    json qj;
+    qj["format"] = ref::name_of(q.format);
+    qj["scale"] = ref::name_of(q.scale);
+    qj["residual_sum"] = ref::name_of(q.residual_sum);
+    qj["value"] = ref::name_of(q.value);
+    qj["apply"] = ref::name_of(q.apply);
+    qj["mx_rule"] = ref::name_of(q.mx_rule);
+    qj["nan"] = ref::name_of(q.nan);
+    for (const auto& [field, v] : {std::pair{"scale_ub", q.scale_ub}, std::pair{"min_scale", q.min_scale}}) {
+      qj[field] = std::isfinite(v) ? json(v) : json(nullptr);
+      qj[std::string(field) + "_hex"] = ref::hex_text(v);
+    }
+    json outs = json::array();
+    if (q.amax) outs.push_back("amax");
+    if (q.y) outs.push_back("y");
+    qj["outputs"] = std::move(outs);
+    qj["preset"] = q.preset;
+    j["quant"] = std::move(qj);
+  }
   return j;
 }
 
@@ -232,6 +277,24 @@ ref::Case case_from_json(const json& j) {
   c.dtype_out = dtype_field(required(j, "dtype_out", "case"), "case.dtype_out");
   c.dtype_compute = dtype_field(required(j, "dtype_compute", "case"), "case.dtype_compute");
   c.dtype_residual = dtype_field(required(j, "dtype_residual", "case"), "case.dtype_residual");
+  if (auto it = j.find("quant"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) throw ProtocolError("case.quant must be an object");
+    // CASE_JSON.md's reader, given the exact forms of the two numbers and no preset (every
+    // field is present; the preset is provenance only).
+    json q = json::object();
+    for (const char* f : {"format", "scale", "residual_sum", "value", "apply", "mx_rule", "nan", "outputs"})
+      if (it->contains(f)) q[f] = (*it)[f];
+    for (const char* f : {"scale_ub", "min_scale"}) {
+      const json quant_case = *it;
+      if (it->contains(f) || it->contains(std::string(f) + "_hex")) q[f] = ref::hex_text(real_field(quant_case, f));
+    }
+    try {
+      c.quant = ref::quant_from_json(q);
+    } catch (const std::exception& e) {
+      throw ProtocolError(fmt::format("case.{}", e.what()));
+    }
+    if (auto p = it->find("preset"); p != it->end() && p->is_string()) c.quant->preset = p->get<std::string>();
+  }
   return c;
 }
 
@@ -272,9 +335,33 @@ Capabilities capabilities_from_json(const json& j) {
 
 json output_specs_json(const std::map<std::string, OutputSpec>& specs) {
   json a = json::array();
-  for (const auto& [name, s] : specs)
-    a.push_back({{"name", name}, {"dtype", ref::name_of(s.dtype)}, {"shape", s.shape}});
+  for (const auto& [name, s] : specs) {
+    if (s.codes.empty()) {
+      a.push_back({{"name", name}, {"dtype", ref::name_of(s.dtype)}, {"shape", s.shape}});
+      continue;
+    }
+    const wire::CodeLayout l = wire::layout_of(s);
+    json e = {{"name", name}, {"dtype", wire::name_of(l.storage)}, {"shape", l.shape}, {"codes", s.codes}};
+    if (l.packed) e["packing"] = "low_nibble_first";
+    a.push_back(std::move(e));
+  }
   return a;
+}
+
+json result_entry_json(const std::string& name, const OutputSpec& spec, const ref::Tensor& t) {
+  if (spec.codes.empty()) return entry_json(name, t);
+  const wire::CodeLayout l = wire::layout_of(spec);
+  return {{"name", name}, {"dtype", wire::name_of(l.storage)}, {"shape", l.shape}, {"nbytes", l.bytes}};
+}
+
+std::vector<unsigned char> result_payload(const OutputSpec& spec, const ref::Tensor& t) {
+  if (!spec.codes.empty()) {
+    auto bytes = wire::to_bytes(spec, t);
+    return {bytes.begin(), bytes.end()};
+  }
+  std::vector<unsigned char> out(t.data.size() * ref::storage_bytes(t.dtype));
+  encode(t.data.data(), t.data.size(), t.dtype, out.data(), /*check=*/true);
+  return out;
 }
 
 std::map<std::string, OutputSpec> output_specs_from_json(const json& header) {
@@ -287,8 +374,18 @@ std::map<std::string, OutputSpec> output_specs_from_json(const json& header) {
     if (!e.is_object()) throw ProtocolError(where + " must be an object");
     const json& name = required(e, "name", where.c_str());
     if (!name.is_string()) throw ProtocolError(where + ".name must be a string");
-    out[name.get<std::string>()] = {dtype_field(required(e, "dtype", where.c_str()), where + ".dtype"),
-                                    shape_field(required(e, "shape", where.c_str()), where)};
+    const json& dt = required(e, "dtype", where.c_str());
+    if (code_storage(dt)) {  // codes: the in-memory spec (float64 codes, unpacked shape)
+      const json& codes = required(e, "codes", where.c_str());
+      if (!codes.is_string() || !(ref::parse_qformat(codes.get<std::string>()) || codes == "e8m0"))
+        throw ProtocolError(where + ".codes must name a code format");
+      const auto fmt_name = codes.get<std::string>();
+      out[name.get<std::string>()] = {ref::DType::float64,
+                                      wire::unpacked_shape(fmt_name, shape_field(required(e, "shape", where.c_str()), where)),
+                                      fmt_name};
+      continue;
+    }
+    out[name.get<std::string>()] = {dtype_field(dt, where + ".dtype"), shape_field(required(e, "shape", where.c_str()), where)};
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 #include "normcheck/conformance/candidate.hpp"
 #include "normcheck/conformance/capabilities_json.hpp"
 #include "normcheck/reference/case.hpp"
+#include "quant_wire.hpp"
 
 namespace normcheck::conf::proto {
 
@@ -32,13 +34,18 @@ class ProtocolError : public std::runtime_error {
 
 // A tensor entry of a header, checked: known dtype, dims >= 0, rank <= 8, at most 2^31
 // elements, nbytes == elements * ref::storage_bytes(dtype).
+// A code tensor (a quantized case's `q` or block `scale`) has dtype `uint8` or `int8`:
+// `codes` is set and `dtype` is meaningless; each element is one byte (quant_wire.hpp).
 struct TensorEntry {
   std::string name;
   ref::DType dtype = ref::DType::float32;
   std::vector<std::int64_t> shape;
   std::int64_t numel = 0;
   std::size_t nbytes = 0;
+  std::optional<wire::Storage> codes;
 };
+// "float32", or "uint8" / "int8" for codes.
+std::string dtype_text(const TensorEntry& e);
 // `where` names the list in messages ("outputs[1]"). Throws ProtocolError.
 TensorEntry parse_entry(const nlohmann::json& j, const std::string& where);
 // The tensor list `field` of a header ("inputs", "outputs"); missing is an error.
@@ -49,7 +56,8 @@ nlohmann::json entry_json(const std::string& name, const ref::Tensor& t);
 // must belong to the dtype; with `check`, one that does not throws std::domain_error naming its
 // index (a served candidate's output), otherwise it is rounded to nearest even first.
 void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bool check = false);
-// Decodes an entry's payload exactly into binary64 values.
+// Decodes an entry's payload exactly into binary64 values (code entries: each byte's value,
+// int8 signed; NVFP4 bytes are not unpacked here, wire::from_bytes does that).
 ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes);
 
 // The `case` object of a run request: every case attribute, norm_dims, and *_hex forms.
@@ -63,8 +71,15 @@ ref::Case case_from_json(const nlohmann::json& j);
 Capabilities capabilities_from_json(const nlohmann::json& j);
 using conf::capabilities_json;
 
+// The request's `outputs`: a code output as it crosses the wire (dtype uint8/int8, NVFP4's last
+// dim halved) with `codes` naming its format and, for NVFP4, `packing`; read back into the
+// in-memory spec (float64 codes, the unpacked shape).
 nlohmann::json output_specs_json(const std::map<std::string, OutputSpec>& specs);
 std::map<std::string, OutputSpec> output_specs_from_json(const nlohmann::json& header);
+// A result's entry and payload for an output as the request asked for it (codes packed).
+// Throws std::domain_error for a value that is not one of its dtype (or not a code).
+nlohmann::json result_entry_json(const std::string& name, const OutputSpec& spec, const ref::Tensor& t);
+std::vector<unsigned char> result_payload(const OutputSpec& spec, const ref::Tensor& t);
 
 // One header line: compact JSON and '\n'. Invalid UTF-8 in strings (an error message from a
 // C library) is replaced rather than thrown on: the message still gets through.

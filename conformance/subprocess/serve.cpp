@@ -128,24 +128,21 @@ std::optional<std::string> check_outputs(const Outputs& outs, const std::map<std
   return std::nullopt;
 }
 
-// Encodes every output first (a value outside its dtype is an error reply, not half a result).
-void send_result(int fd, const Outputs& outs) {
+// Encodes every output first (a value outside its dtype is an error reply, not half a result);
+// codes go as the request asked for them (uint8/int8, NVFP4 packed).
+void send_result(int fd, const Outputs& outs, const std::map<std::string, OutputSpec>& want) {
   json entries = json::array();
-  std::size_t total = 0;
+  std::string payload;
   for (const auto& [name, t] : outs) {
-    entries.push_back(proto::entry_json(name, t));
-    total += t.data.size() * ref::storage_bytes(t.dtype);
-  }
-  std::string payload(total, '\0');
-  auto* p = reinterpret_cast<unsigned char*>(payload.data());
-  for (const auto& [name, t] : outs) {
+    const OutputSpec& spec = want.at(name);  // check_outputs made sure it is there
     try {
-      proto::encode(t.data.data(), t.data.size(), t.dtype, p, /*check=*/true);
-    } catch (const std::domain_error& e) {
+      const auto bytes = proto::result_payload(spec, t);
+      entries.push_back(proto::result_entry_json(name, spec, t));
+      payload.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    } catch (const std::exception& e) {
       send_error(fd, fmt::format("output '{}': {}", name, e.what()));
       return;
     }
-    p += t.data.size() * ref::storage_bytes(t.dtype);
   }
   send(fd, {{"type", "result"}, {"outputs", entries}});
   write_all(fd, payload.data(), payload.size());
@@ -195,7 +192,7 @@ void serve_run(Candidate& cand, const json& header, Reader& in, int out_fd) {
     send_error(out_fd, *why);
     return;
   }
-  send_result(out_fd, outs);
+  send_result(out_fd, outs, want);
 }
 
 }  // namespace

@@ -591,17 +591,27 @@ class SubprocessCandidate final : public Candidate {
     for (const auto& e : entries) {
       const auto it = specs.find(e.name);
       if (it == specs.end()) throw proto::ProtocolError(fmt::format("output '{}' was not requested", e.name));
-      if (e.dtype != it->second.dtype || e.shape != it->second.shape)
+      const OutputSpec& spec = it->second;
+      if (!spec.codes.empty()) {  // codes as the fixture stores them (PROTOCOL.md, "Quantized cases")
+        const wire::CodeLayout l = wire::layout_of(spec);
+        if (e.codes != l.storage || e.shape != l.shape)
+          throw proto::ProtocolError(fmt::format(
+              "output '{}' is {} {}; the request asked for {} {} ({} codes{})", e.name, proto::dtype_text(e),
+              proto::shape_text(e.shape), wire::name_of(l.storage), proto::shape_text(l.shape), spec.codes,
+              l.packed ? ", packed two per byte, element 2k in the low nibble" : ", one per byte"));
+      } else if (e.codes || e.dtype != spec.dtype || e.shape != spec.shape) {
         throw proto::ProtocolError(fmt::format(
-            "output '{}' is {} {}; the request asked for {} {}", e.name, ref::name_of(e.dtype),
-            proto::shape_text(e.shape), ref::name_of(it->second.dtype), proto::shape_text(it->second.shape)));
+            "output '{}' is {} {}; the request asked for {} {}", e.name, proto::dtype_text(e),
+            proto::shape_text(e.shape), ref::name_of(spec.dtype), proto::shape_text(spec.shape)));
+      }
     }
     Outputs outs;
     std::vector<unsigned char> bytes;
     for (const auto& e : entries) {
       bytes.resize(e.nbytes);
       child_->read_exact(bytes.data(), bytes.size(), dl, fmt::format("output '{}'", e.name));
-      outs[e.name] = proto::decode(e, bytes.data());
+      const OutputSpec& spec = specs.at(e.name);
+      outs[e.name] = spec.codes.empty() ? proto::decode(e, bytes.data()) : wire::from_bytes(spec, bytes.data());
     }
     return outs;
   }

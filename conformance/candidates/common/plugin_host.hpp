@@ -43,6 +43,8 @@ inline std::size_t size_of(std::int32_t dtype) {
   switch (dtype) {
     case NC_FLOAT64: return 8;
     case NC_FLOAT32: return 4;
+    case NC_UINT8:
+    case NC_INT8: return 1;  // codes of quantized outputs (candidate.h nc_quant)
     default: return 2;
   }
 }

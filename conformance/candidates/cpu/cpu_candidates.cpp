@@ -59,7 +59,8 @@ Capabilities cpu_caps() {
   caps.blocks = true;
   caps.general_axes = true;
   caps.weight_offset = true;
-  caps.quant = true;
+  for (const auto& row : ref::EnumTable<ref::QFormat>::rows) caps.quant_formats.push_back(row.value);
+  for (const auto& row : ref::EnumTable<ref::ScaleKind>::rows) caps.quant_scales.push_back(row.value);
   caps.device = "cpu";
   return caps;
 }

@@ -9,6 +9,7 @@
 
 #include "cuda_norm.hpp"
 #include "cuda_norm_device.cuh"
+#include "cuda_quant_device.cuh"
 #include "normcheck/candidate.h"
 
 namespace normcheck::cuda_candidate {
@@ -19,7 +20,9 @@ using device::norm_backward_cols;
 using device::norm_backward_rows;
 using device::norm_forward;
 
-size_t size_of(int dtype) { return dtype == NC_FLOAT64 ? 8 : dtype == NC_FLOAT32 ? 4 : 2; }
+size_t size_of(int dtype) {
+  return dtype == NC_FLOAT64 ? 8 : dtype == NC_FLOAT32 ? 4 : (dtype == NC_UINT8 || dtype == NC_INT8) ? 1 : 2;
+}
 
 std::string error_text(const char* what, cudaError_t e) {
   return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
@@ -183,8 +186,28 @@ std::string run_problem(Device* d, const Problem& p) {
 
   device::set_scalars(a, p);
 
-  failure = p.compute == NC_FLOAT64 ? launch<double>(*d, p, a) : launch<float>(*d, p, a);
-  if (!failure.empty()) return failure;
+  device::QuantArgs qa{};
+  if (p.quant.on) {  // fused RMSNorm + quantization (cuda_quant_device.cuh), float32 compute
+    output("q", p.quant.q, count, &qa.q, &unused_dt);
+    output("quant_scale", p.quant.scale, rows, &qa.scale, &unused_dt);
+    output("row_amax", p.quant.row_amax, rows, &qa.row_amax, &unused_dt);
+    if (!failure.empty()) return failure;
+    qa.format = p.quant.format;
+    qa.dynamic = p.quant.dynamic ? 1 : 0;
+    qa.apply = p.quant.apply;
+    qa.value_dt = p.quant.value_dt;
+    qa.nan_code = p.quant.nan_code ? 1 : 0;
+    qa.static_scale = p.quant.static_scale;
+    qa.scale_ub = p.quant.scale_ub;
+    qa.min_scale = p.quant.min_scale;
+    if (rows > 0) {
+      device::rms_norm_quant<<<static_cast<unsigned>(rows), device::row_threads(p.cols), 0, d->stream>>>(a, qa);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return error_text("quant kernel launch", e);
+    }
+  } else {
+    failure = p.compute == NC_FLOAT64 ? launch<double>(*d, p, a) : launch<float>(*d, p, a);
+    if (!failure.empty()) return failure;
+  }
 
   auto download = [&](const char* role, const HostBuffer& h, const void* dev, size_t n) {
     if (!h.data || !dev || n == 0 || !failure.empty()) return;
@@ -202,6 +225,9 @@ std::string run_problem(Device* d, const Problem& p) {
   download("dweight", p.dweight, a.dw, cols);
   download("dbias", p.dbias, a.db, cols);
   download("dresidual_bias", p.dresidual_bias, a.drb, cols);
+  download("q", p.quant.q, qa.q, count);
+  download("quant_scale", p.quant.scale, qa.scale, rows);
+  download("row_amax", p.quant.row_amax, qa.row_amax, rows);
   // Kernel faults surface here (or at the copies above).
   if (const cudaError_t e = cudaStreamSynchronize(d->stream); e != cudaSuccess && failure.empty())
     failure = error_text("cudaStreamSynchronize", e);

@@ -29,6 +29,21 @@ struct Problem {
   // Outputs: y, residual_out, dx, dresidual [rows, cols]; mean, rstd [rows] (in the compute
   // dtype); dweight, dbias, dresidual_bias [cols].
   HostBuffer y, residual_out, mean, rstd, dx, dresidual, dweight, dbias, dresidual_bias;
+
+  // Fused RMSNorm + FP8/int8 quantization (candidate.h nc_quant; cuda_quant_device.cuh), forward
+  // only: when `quant` is set, the row kernel is rms_norm_quant and y is written only if asked.
+  struct Quant {
+    bool on = false;
+    std::int32_t format = 0;  // NC_Q_FLOAT8_E4M3FN, NC_Q_FLOAT8_E5M2, NC_Q_INT8
+    bool dynamic = false;     // per-row scale (else the static scale below)
+    std::int32_t apply = 0;   // NC_QA_*
+    std::int32_t value_dt = 1;  // NC_FLOAT32 or dtype_out: the dtype p is rounded to before the scale
+    bool nan_code = true;
+    float static_scale = 1, scale_ub = 0, min_scale = 0;  // scale_ub: +inf for no bound
+    HostBuffer q;            // uint8 / int8 codes [rows, cols]
+    HostBuffer scale;        // dynamic: float32 [rows]
+    HostBuffer row_amax;     // float32 [rows]: amax of each row's p (the host takes the max for [1])
+  } quant;
 };
 
 struct Device;  // the CUDA state: device, stream, cached buffers (cuda_norm.cu)

@@ -5,6 +5,8 @@
 // (bytes unchanged) and unpacks the outputs, which the kernels have already rounded to their
 // dtypes. Without a GPU (or a driver), init fails with "no CUDA device (cudaGetDeviceCount:
 // ...)" and normcheck reports every case UNSUPPORTED with that reason.
+#include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <exception>
 #include <limits>
@@ -35,7 +37,19 @@ void* init(char* err, size_t err_len) {
 
 void fini(void* state) { close_device(static_cast<Device*>(state)); }
 
+// The case's quantization contract, or nullptr (a host before nc_quant, or a plain case).
+const nc_quant* quant_of(const nc_case& c) {
+  return c.struct_size >= offsetof(nc_case, quant) + sizeof(c.quant) ? c.quant : nullptr;
+}
+
 int supports(void* state, const nc_case* c, char* reason, size_t reason_len) {
+  if (const nc_quant* q = quant_of(*c)) {  // the host only sends the formats and scales declared
+    if (c->op != NC_RMSNORM) return ph::decline(reason, reason_len, "fused quantization after RMSNorm only");
+    if (c->dtype_compute != NC_FLOAT32)
+      return ph::decline(reason, reason_len, "fused quantization computes in float32 only");
+    if (q->scale != NC_QS_STATIC_TENSOR && q->scale != NC_QS_DYNAMIC_TOKEN)
+      return ph::decline(reason, reason_len, "block scales (MX, NVFP4) are not implemented");
+  }
   const ph::Geometry g = ph::geometry_of(*c);
   if (!ph::rounding_points(*c).ok)
     return ph::decline(reason, reason_len, "contract %s not known to this plugin", c->contract);
@@ -115,6 +129,41 @@ void run_case(Device* d, const nc_case& c, const nc_named_tensor* inputs, std::i
   output("dweight", p.dweight);
   output("dbias", p.dbias);
   output("dresidual_bias", p.dresidual_bias);
+  // Fused quantization: the static scale in, codes, the per-row scale and amax out.
+  const nc_quant* q = quant_of(c);
+  std::vector<float> row_scale, row_amax;
+  nc_named_tensor* scale_out = nullptr;
+  nc_named_tensor* amax_out = nullptr;
+  if (q) {
+    Problem::Quant& pq = p.quant;
+    pq.on = true;
+    pq.format = q->format;
+    pq.dynamic = q->scale == NC_QS_DYNAMIC_TOKEN;
+    pq.apply = q->apply;
+    pq.value_dt = q->value == NC_QV_FLOAT32 ? NC_FLOAT32 : c.dtype_out;
+    pq.nan_code = q->nan == NC_QN_NAN_CODE;
+    pq.scale_ub = static_cast<float>(q->scale_ub);
+    pq.min_scale = static_cast<float>(q->min_scale);
+    // R1: the residual sum rounded to its dtype before the statistics, whatever the norm contract.
+    if (c.residual != NC_RESIDUAL_NONE && q->residual_sum == NC_QR_ROUNDED) p.rp_h = c.dtype_residual;
+    if (!pq.dynamic) {
+      const nc_named_tensor* st = ph::find(inputs, n_in, "scale");
+      if (!st || st->tensor.dtype != NC_FLOAT32) {
+        failure = "a static-scale case without a float32 input 'scale'";
+        return;
+      }
+      pq.static_scale = *static_cast<const float*>(st->tensor.data);
+    }
+    output("q", pq.q);
+    row_amax.resize(static_cast<std::size_t>(g.rows));
+    pq.row_amax = {row_amax.data(), NC_FLOAT32};
+    if (pq.dynamic) {
+      row_scale.resize(static_cast<std::size_t>(g.rows));
+      pq.scale = {row_scale.data(), NC_FLOAT32};
+      scale_out = ph::find(outputs, n_out, "scale");
+    }
+    amax_out = ph::find(outputs, n_out, "amax");
+  }
   // mean and rstd are in dtype_compute (fixtures/SCHEMA.md), the type the kernels store them in.
   if ((p.mean.data && p.mean.dtype != c.dtype_compute) || (p.rstd.data && p.rstd.dtype != c.dtype_compute)) {
     failure = "mean/rstd are not in dtype_compute";
@@ -126,6 +175,19 @@ void run_case(Device* d, const nc_case& c, const nc_named_tensor* inputs, std::i
   for (Out& o : outs) {
     ph::scatter_raw(o.bytes.data(), o.layout, o.t->tensor);
     o.t->written = 1;
+  }
+  // Per-row float32 outputs ([..., 1]) and the static case's amax over the tensor ([1]).
+  auto per_row = [&](nc_named_tensor* t, const std::vector<float>& v) {
+    ph::scatter_raw(v.data(), ph::stat_layout(t->tensor, g), t->tensor);
+    t->written = 1;
+  };
+  if (scale_out) per_row(scale_out, row_scale);
+  if (amax_out && p.quant.dynamic) per_row(amax_out, row_amax);
+  if (amax_out && !p.quant.dynamic) {
+    float m = 0.0f;
+    for (const float v : row_amax) m = std::fmax(m, v);
+    *static_cast<float*>(amax_out->tensor.data) = m;
+    amax_out->written = 1;
   }
 }
 
@@ -149,7 +211,7 @@ constexpr nc_candidate kCandidate = {
     sizeof(nc_candidate),
     "cuda",
     "CUDA kernels on GPU 0 (one block per row, warp-shuffle + shared-memory reductions, two-pass); "
-    "float32 or float64 compute",
+    "float32 or float64 compute; fused RMSNorm + static / per-token FP8 and int8 quantization",
     (1u << NC_LAYERNORM) | (1u << NC_RMSNORM),
     (1u << NC_FLOAT64) | (1u << NC_FLOAT32) | (1u << NC_FLOAT16) | (1u << NC_BFLOAT16),
     (1u << NC_FLOAT32) | (1u << NC_FLOAT64),
@@ -161,6 +223,10 @@ constexpr nc_candidate kCandidate = {
     fini,
     supports,
     run,
+    // Fused RMSNorm + quantization (cuda_quant_device.cuh): vLLM's static and dynamic per-token
+    // FP8/int8 kernels and FlashInfer's rmsnorm_quant; no MX or NVFP4 block scales.
+    (1u << NC_Q_FLOAT8_E4M3FN) | (1u << NC_Q_FLOAT8_E5M2) | (1u << NC_Q_INT8),
+    (1u << NC_QS_STATIC_TENSOR) | (1u << NC_QS_DYNAMIC_TOKEN),
 };
 
 }  // namespace

@@ -602,6 +602,8 @@ constexpr nc_candidate kCandidate = {
     fini,
     supports,
     run,
+    0,  // quant_formats: no fused quantization
+    0,  // quant_scales
 };
 
 }  // namespace

@@ -12,7 +12,7 @@
  * the interface. See conformance/plugin/README.md ("Writing a plugin") and conformance/examples/.
  *
  * Tensors are host memory. Inputs are read-only. Outputs are allocated by the host, dense and
- * row-major, and filled with a sentinel (NaN) before `run`, so an element the candidate never
+ * row-major, and filled with a sentinel (NaN; code outputs 0xFF bytes, nc_quant) before `run`, so an element the candidate never
  * writes cannot pass by accident; the candidate sets `written` = 1 on each output it produces
  * (one left at 0 is reported MISSING); the property tests (`normcheck prop`) call a second time
  * with another fill pattern, so an element never written shows even where NaN is expected. A
@@ -52,8 +52,12 @@ extern "C" {
 #define NORMCHECK_EXPORT
 #endif
 
-/* Element types. The numbers are part of the ABI. */
-typedef enum nc_dtype { NC_FLOAT64 = 0, NC_FLOAT32 = 1, NC_FLOAT16 = 2, NC_BFLOAT16 = 3 } nc_dtype;
+/* Element types. The numbers are part of the ABI. NC_UINT8 and NC_INT8 (added within ABI version
+ * 1) are the storage of quantized codes only (nc_quant below): never an input, never a case's
+ * dtype_*, and never in nc_candidate.dtypes. */
+typedef enum nc_dtype {
+  NC_FLOAT64 = 0, NC_FLOAT32 = 1, NC_FLOAT16 = 2, NC_BFLOAT16 = 3, NC_UINT8 = 4, NC_INT8 = 5
+} nc_dtype;
 typedef enum nc_op { NC_LAYERNORM = 0, NC_RMSNORM = 1 } nc_op;
 typedef enum nc_direction { NC_FORWARD = 0, NC_BACKWARD = 1 } nc_direction;
 typedef enum nc_affine { NC_AFFINE_NONE = 0, NC_AFFINE_WEIGHT = 1, NC_AFFINE_WEIGHT_BIAS = 2 } nc_affine;
@@ -112,6 +116,56 @@ typedef enum nc_activation { NC_GELU = 0, NC_RELU = 1 } nc_activation;
 #define NC_REDUCTION_BLOCKED 4u        /* two-pass; groups of <= block terms, group sums in any order */
 #define NC_REDUCTION_ACCUMULATE_F64 5u /* every sum accumulated in binary64 (two-pass or Welford) */
 
+/* Fused norm + quantization (added within ABI version 1): the case's quantization contract, with
+ * the semantics of reference/README.md ("Quantized outputs"); fixtures/SCHEMA.md has the outputs.
+ * The numbers are part of the ABI. */
+typedef enum nc_qformat {
+  NC_Q_FLOAT8_E4M3FN = 0, NC_Q_FLOAT8_E5M2 = 1, NC_Q_INT8 = 2, NC_Q_MXFP8_E4M3 = 3, NC_Q_MXFP8_E5M2 = 4,
+  NC_Q_NVFP4_E2M1 = 5
+} nc_qformat;
+typedef enum nc_qscale {
+  NC_QS_STATIC_TENSOR = 0, /* input "scale": float32, shape [1] */
+  NC_QS_DYNAMIC_TOKEN = 1, /* output "scale": float32 per row, max(rn32(min(amax, ub) / qmax), min_scale) */
+  NC_QS_MX_BLOCK = 2,      /* output "scale": one E8M0 code (uint8) per 32 elements of the last dim */
+  NC_QS_NVFP4_BLOCK = 3    /* output "scale": one E4M3 code (uint8) per 16; "global_scale": float32 [1] */
+} nc_qscale;
+typedef enum nc_qresidual_sum { NC_QR_ROUNDED = 0, NC_QR_UNROUNDED = 1 } nc_qresidual_sum;
+typedef enum nc_qvalue { NC_QV_ACTIVATION = 0, NC_QV_FLOAT32 = 1 } nc_qvalue;
+typedef enum nc_qapply { NC_QA_RECIPROCAL = 0, NC_QA_DIVIDE = 1, NC_QA_MULTIPLY = 2 } nc_qapply;
+typedef enum nc_qmx_rule { NC_QMX_FLOOR = 0, NC_QMX_ROUND_UP = 1 } nc_qmx_rule;
+typedef enum nc_qnan { NC_QN_NAN_CODE = 0, NC_QN_UNSPECIFIED = 1 } nc_qnan;
+
+/* The quantization contract of a case (nc_case.quant; NULL for a case without one). Codes cross
+ * the ABI as the fixtures store them (fixtures/SCHEMA.md, "Quantized outputs"):
+ *   "q"      NC_UINT8 (NC_INT8 for NC_Q_INT8), the shape of x, one code per byte; NVFP4 packed
+ *            two codes per byte along the last dim (which is halved): element 2k in the low
+ *            nibble (bits 0-3) of byte k, element 2k+1 in the high nibble, the order of PTX
+ *            cvt.rn.satfinite.e2m1x2.f32 and of TransformerEngine's and FlashInfer's buffers;
+ *   "scale"  float32 per row (dynamic) or NC_UINT8 codes per block (E8M0 for MX, E4M3FN for
+ *            NVFP4), shape x's with the last dim 1 / 32 / 16;
+ *   "global_scale" float32 [1] (NVFP4); "amax" float32 when `amax` is 1 ([1] static and NVFP4,
+ *            per row dynamic, per block MX); "y" in dtype_out when `y` is 1; "residual_out".
+ * Code buffers are filled with 0xFF bytes before `run` (another byte on the property tests'
+ * second call) and followed by a guard region: a plugin that writes past the end of one (NVFP4
+ * codes written unpacked) or changes an output's nc_tensor fields gets the case CRASHED with a
+ * message that says so. A case with `quant` has mean and rstd as no outputs and a forward
+ * direction over the last dim; its dtype_out is the activation dtype of the norm. */
+typedef struct nc_quant {
+  uint32_t struct_size;  /* sizeof(nc_quant) in the host's header: later fields are appended */
+  int32_t format;        /* nc_qformat */
+  int32_t scale;         /* nc_qscale */
+  int32_t residual_sum;  /* nc_qresidual_sum: with a fused residual, h rounded to dtype_residual first? */
+  int32_t value;         /* nc_qvalue: y rounded to dtype_out (activation) or to float32 is quantized */
+  int32_t apply;         /* nc_qapply: how a float32 scale s is applied, v*rn32(1/s), v/s or v*s */
+  int32_t mx_rule;       /* nc_qmx_rule (MX block scales) */
+  int32_t nan;           /* nc_qnan: the code of a NaN element (format's NaN code, or not judged) */
+  double scale_ub;       /* dynamic scales: upper bound on amax (+inf: none) */
+  double min_scale;      /* dynamic scales: the smallest scale (a float32 value) */
+  int32_t amax;          /* 1: the kernel also writes "amax" */
+  int32_t y;             /* 1: the kernel also writes "y" (dtype_out) */
+  const char* preset;    /* the preset the contract came from ("vllm_static_fp8"; "" if none) */
+} nc_quant;
+
 /* A strided host tensor. strides are in elements, non-negative, and need not be dense (the host
  * may pass padded, offset or permuted inputs: `normcheck prop`'s memory_layout_invariance passes
  * rows padded with NaN, tensors starting 64-256 bytes into their buffer, and column-major
@@ -154,6 +208,10 @@ typedef struct nc_case {
   int32_t activation;       /* nc_activation */
   const char* contract;     /* "exact", "llama", ..., or "a+b" */
   int32_t dtype_x, dtype_param, dtype_out, dtype_compute, dtype_residual; /* nc_dtype */
+  /* Added within ABI version 1: read only when struct_size covers it. NULL unless the case
+   * quantizes its output; the host passes such a case only to a plugin that declares its format
+   * and scale kind (nc_candidate.quant_formats / quant_scales). */
+  const nc_quant* quant;
 } nc_case;
 
 typedef struct nc_candidate {
@@ -183,6 +241,14 @@ typedef struct nc_candidate {
    * (the case is CRASHED). */
   int (*run)(void* state, const nc_case* c, const nc_named_tensor* inputs, int32_t n_inputs,
              nc_named_tensor* outputs, int32_t n_outputs, char* err, size_t err_len);
+
+  /* Added within ABI version 1 (the host reads them only when struct_size covers them; a plugin
+   * built against an earlier header declares no quantization). Fused norm + quantization: bit
+   * (1u << nc_qformat) for each code format and (1u << nc_qscale) for each scale kind the plugin
+   * implements; both non-zero to receive quantized cases (nc_case.quant). The other contract
+   * fields (residual_sum, value, apply, mx_rule, nan) are the plugin's to decline in `supports`. */
+  uint32_t quant_formats;
+  uint32_t quant_scales;
 } nc_candidate;
 
 typedef const nc_candidate* (*nc_candidate_fn)(void);

@@ -29,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr double kU = 0x1p-24;  // unit roundoff of float32
 
@@ -440,6 +441,112 @@ TEST(BundledPlugins, ScansTheDirNamedByTheEnvironment) {
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(again[1].info.name, example.info.name);
   EXPECT_EQ(again[1].make()->info().description, ek->info().description);
+}
+
+// ---- fused norm + quantization over the ABI (candidate.h nc_quant) --------------------------
+
+// RMSNorm of [2, 32] bfloat16 values quantized by `preset`: x small multiples of 1/8, weight
+// near 1, a static scale of 0.25 where the preset takes one.
+ref::Case quant_case(const std::string& preset, const std::string& contract = "exact") {
+  ref::Case c;
+  c.op = ref::Op::rmsnorm;
+  c.affine = ref::Affine::weight;
+  c.epsilon = 1e-6;
+  c.contract = contract;
+  c.dtype_x = c.dtype_param = c.dtype_out = ref::DType::bfloat16;
+  c.quant = ref::quant_preset(preset);
+  ref::Tensor x{ref::DType::bfloat16, {2, 32}, {}}, w{ref::DType::bfloat16, {32}, {}};
+  for (int i = 0; i < 64; ++i) x.data.push_back(((i * 37) % 29 - 14) / 8.0);
+  for (int j = 0; j < 32; ++j) w.data.push_back(1 + (j % 5) / 16.0);
+  c.inputs = {{"x", x}, {"weight", w}};
+  if (c.quant->scale == ref::ScaleKind::static_tensor) c.inputs["scale"] = {ref::DType::float32, {1}, {0.25}};
+  ref::validate(c);
+  return c;
+}
+
+TEST(QuantPlugin, DeclaresItsFormatsAndScaleKinds) {
+  const auto cand = make_plugin_candidate(NC_QUANT_PLUGIN);
+  const Capabilities& caps = cand->info().caps;
+  EXPECT_EQ(caps.quant_formats, (std::vector<ref::QFormat>{ref::QFormat::float8_e4m3fn, ref::QFormat::float8_e5m2,
+                                                           ref::QFormat::mxfp8_e4m3, ref::QFormat::mxfp8_e5m2,
+                                                           ref::QFormat::nvfp4_e2m1}));
+  EXPECT_EQ(caps.quant_scales, (std::vector<ref::ScaleKind>{ref::ScaleKind::static_tensor, ref::ScaleKind::mx_block,
+                                                            ref::ScaleKind::nvfp4_block}));
+  EXPECT_THAT(capabilities_text(caps), HasSubstr("quant float8_e4m3fn,float8_e5m2,mxfp8_e4m3,mxfp8_e5m2,nvfp4_e2m1"));
+  EXPECT_EQ(cand->declines(quant_case("vllm_dynamic_fp8")), "quant scale dynamic_token not supported");
+  EXPECT_EQ(cand->declines(quant_case("vllm_dynamic_int8")), "quant format int8 not supported");
+  EXPECT_EQ(cand->declines(quant_case("vllm_static_fp8", "llama")), "contract llama not supported");
+  EXPECT_EQ(cand->declines(quant_case("vllm_static_fp8")), std::nullopt);
+}
+
+// Codes (NVFP4 packed by the plugin, unpacked by the host), E8M0 and E4M3 block scales, the
+// global scale and amax come back as the reference computes them: the rows are well
+// conditioned, and the plugin's norm is binary64 rounded once.
+TEST(QuantPlugin, MatchesTheReferenceCodeForCode) {
+  const auto cand = make_plugin_candidate(NC_QUANT_PLUGIN);
+  for (const char* preset : {"vllm_static_fp8", "flashinfer_fp8", "te_delayed_fp8", "te_mxfp8", "ocp_mxfp8", "te_nvfp4"}) {
+    const ref::Case c = quant_case(preset);
+    const auto want = ref::evaluate(c);
+    const Outputs got = cand->run(c);
+    ASSERT_EQ(got.size(), want.outputs.size()) << preset;
+    for (const auto& [name, o] : want.outputs) {
+      ASSERT_TRUE(got.count(name)) << preset << " " << name;
+      EXPECT_EQ(got.at(name).shape, o.value.shape) << preset << " " << name;
+      EXPECT_EQ(got.at(name).data, o.value.data) << preset << " " << name;
+    }
+  }
+}
+
+TEST(QuantPlugin, TheWrongVariantReturnsOtherCodes) {
+  const auto cand = make_plugin_candidate(NC_QUANT_WRONG);
+  EXPECT_EQ(cand->info().kind, CandidateKind::mutant);
+  for (const char* preset : {"vllm_static_fp8", "te_nvfp4"}) {
+    const ref::Case c = quant_case(preset);
+    EXPECT_NE(cand->run(c).at("q").data, ref::evaluate(c).outputs.at("q").value.data) << preset;
+  }
+}
+
+TEST(QuantPlugin, AnOverrunOfThePackedBufferIsNamed) {
+  const auto cand = make_plugin_candidate(NC_QUANT_UNPACKED);
+  try {
+    cand->run(quant_case("te_nvfp4"));
+    ADD_FAILURE() << "no error";
+  } catch (const CandidateError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("wrote past the end of output 'q' (byte 32 of a 32-byte buffer, uint8 [2, 16], "
+                                    "NVFP4 codes packed two per byte"));
+  }
+  // The same plugin's FP8 codes fit their buffer: only NVFP4 is broken.
+  EXPECT_NO_THROW(cand->run(quant_case("vllm_static_fp8")));
+}
+
+TEST(QuantPlugin, AChangedOutputDescriptorIsNamed) {
+  const auto cand = make_plugin_candidate(NC_QUANT_CHANGES_DTYPE);
+  try {
+    cand->run(quant_case("vllm_static_fp8"));
+    ADD_FAILURE() << "no error";
+  } catch (const CandidateError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the plugin changed the nc_tensor of output 'q' (dtype 4 -> 1"));
+  }
+}
+
+TEST(QuantPlugin, UnknownFormatBitsAreRefusedAtLoad) {
+  EXPECT_THAT(load_error(NC_QUANT_BAD_BITS), HasSubstr("quant_formats 0x23b has bits of no format (NC_Q_*)"));
+}
+
+// Additive within v1: a descriptor without the quant fields (a plugin built before them), and
+// the example plugin, which never set them, declare no quantization and are never sent a
+// quantized case.
+TEST(QuantPlugin, OlderPluginsDeclineQuantizedCases) {
+  for (const char* path : {NC_QUANT_OLD_DESCRIPTOR, EXAMPLE_PLUGIN}) {
+    const auto cand = make_plugin_candidate(path);
+    EXPECT_TRUE(cand->info().caps.quant_formats.empty()) << path;
+    EXPECT_TRUE(cand->info().caps.quant_scales.empty()) << path;
+    EXPECT_THAT(capabilities_text(cand->info().caps), Not(HasSubstr("quant"))) << path;
+  }
+  // The old descriptor's other capabilities are the quant plugin's (RMSNorm): the case reaches
+  // the quant check, which declines it with the reason.
+  EXPECT_THAT(make_plugin_candidate(NC_QUANT_OLD_DESCRIPTOR)->declines(quant_case("vllm_static_fp8")).value_or(""),
+              HasSubstr("quantized outputs (q, scale) not supported"));
 }
 
 }  // namespace

@@ -89,6 +89,31 @@ class Conversions(unittest.TestCase):
             ncp.to_wire("y", np.zeros(4), "float32", [2, 2])
 
 
+class Codes(unittest.TestCase):
+    """Quantized outputs (PROTOCOL.md, "Quantized cases"): integer codes, NVFP4 packing."""
+
+    def test_nvfp4_packing_is_low_nibble_first(self):
+        codes = np.array([[1, 2, 15, 0], [7, 8, 3, 12]])
+        packed = ncp.pack_nvfp4(codes)
+        self.assertEqual(packed.tolist(), [[0x21, 0x0F], [0x87, 0xC3]])
+        np.testing.assert_array_equal(ncp.unpack_nvfp4(packed), codes)
+        with self.assertRaises(ValueError):
+            ncp.pack_nvfp4(np.zeros((2, 3)))
+
+    def test_codes_cross_as_bytes_and_are_never_wrapped(self):
+        self.assertEqual(ncp.to_wire("q", [[0, 255, 127]], "uint8", [1, 3]), bytes([0, 255, 127]))
+        self.assertEqual(ncp.to_wire("q", np.array([-128, -1, 127]), "int8", [3]), bytes([0x80, 0xFF, 0x7F]))
+        self.assertEqual(ncp.to_wire("q", np.array([3.0, 4.0]), "uint8", [2]), bytes([3, 4]))  # integral floats
+        for value, dtype, why in (([256], "uint8", "256"), ([-1], "uint8", "-1"), ([128], "int8", "128"),
+                                  ([0.5], "uint8", "0.5"), ([float("nan")], "uint8", "nan")):
+            with self.assertRaises(ValueError) as e:
+                ncp.to_wire("q", value, dtype, [1])
+            self.assertIn(f"is not a {dtype} code", str(e.exception))
+            self.assertIn(why, str(e.exception))
+        a = ncp.from_wire({"dtype": "int8", "shape": [2]}, bytes([0xFF, 0x01]))
+        self.assertEqual(a.tolist(), [-1, 1])
+
+
 class Host:
     """A minimal host, from PROTOCOL.md."""
 

@@ -200,7 +200,7 @@ TEST(Codec, RoundTripsEveryValueClass) {
     std::vector<unsigned char> bytes(v.size() * ref::storage_bytes(t));
     proto::encode(v.data(), v.size(), t, bytes.data(), /*check=*/true);
     proto::TensorEntry e{
-        "x", t, {static_cast<std::int64_t>(v.size())}, static_cast<std::int64_t>(v.size()), bytes.size()};
+        "x", t, {static_cast<std::int64_t>(v.size())}, static_cast<std::int64_t>(v.size()), bytes.size(), std::nullopt};
     const auto back = proto::decode(e, bytes.data());
     for (std::size_t i = 0; i < v.size(); ++i)
       ASSERT_TRUE(same_value(back.data[i], v[i])) << ref::name_of(t) << " " << std::hexfloat << v[i];
@@ -320,6 +320,8 @@ TEST(Codec, EveryCapabilityOfTheTableRoundTrips) {
   other.flush_subnormal_outputs = true;
   other.no_statistics = true;
   other.reduction = parse_reduction("blocked:8");
+  other.quant_formats = {ref::QFormat::nvfp4_e2m1, ref::QFormat::float8_e4m3fn};
+  other.quant_scales = {ref::ScaleKind::static_tensor};
   other.device = "gpu:lavapipe";
   const nlohmann::json j = proto::capabilities_json(other);
   std::vector<std::string> names;
@@ -338,7 +340,8 @@ TEST(Codec, EveryCapabilityOfTheTableRoundTrips) {
   EXPECT_EQ(proto::capabilities_json(back), j);
   EXPECT_EQ(capabilities_text(other),
             "rmsnorm | bfloat16,float64 | compute float64 | backward | contracts llama,te | blocks | last axis | "
-            "flushes subnormal outputs | reduction blocked:8 | gpu:lavapipe");
+            "flushes subnormal outputs | reduction blocked:8 | quant nvfp4_e2m1,float8_e4m3fn | "
+            "quant scales static_tensor | gpu:lavapipe");
   EXPECT_EQ(capabilities_text(Capabilities{}),
             "layernorm,rmsnorm | float32,float16,bfloat16 | compute float32 | forward,backward | contracts * | "
             "residual | any axes | cpu");
@@ -442,6 +445,161 @@ TEST(Oracle, SegfaultIsCrashedAndTheNextCaseGetsAFreshChild) {
   expect_exact(cand->run(c), c);
 }
 
+// ---- quantized cases (PROTOCOL.md, "Quantized cases") ---------------------------------------
+
+// RMSNorm of [2, 32] bfloat16 values quantized by `preset`: x small multiples of 1/8, weight
+// near 1, a static scale of 0.25 where the preset takes one.
+ref::Case quant_case(const std::string& preset) {
+  ref::Case c;
+  c.op = ref::Op::rmsnorm;
+  c.affine = ref::Affine::weight;
+  c.epsilon = 1e-6;
+  c.dtype_x = c.dtype_param = c.dtype_out = DType::bfloat16;
+  c.quant = ref::quant_preset(preset);
+  ref::Tensor x{DType::bfloat16, {2, 32}, {}}, w{DType::bfloat16, {32}, {}};
+  for (int i = 0; i < 64; ++i) x.data.push_back(((i * 37) % 29 - 14) / 8.0);
+  for (int j = 0; j < 32; ++j) w.data.push_back(1 + (j % 5) / 16.0);
+  c.inputs = {{"x", x}, {"weight", w}};
+  if (c.quant->scale == ref::ScaleKind::static_tensor) c.inputs["scale"] = {DType::float32, {1}, {0.25}};
+  ref::validate(c);
+  return c;
+}
+
+TEST(Quant, CaseJsonCarriesTheContract) {
+  for (const auto& [name, q] : ref::quant_presets()) {
+    ref::Case c = quant_case(name);
+    c.quant->scale_ub = 1200;
+    c.quant->amax = true;
+    const ref::Case back = proto::case_from_json(proto::case_json(c));
+    ASSERT_TRUE(back.quant) << name;
+    EXPECT_EQ(ref::name_of(back.quant->format), ref::name_of(c.quant->format)) << name;
+    EXPECT_EQ(back.quant->scale, c.quant->scale) << name;
+    EXPECT_EQ(back.quant->residual_sum, c.quant->residual_sum) << name;
+    EXPECT_EQ(back.quant->value, c.quant->value) << name;
+    EXPECT_EQ(back.quant->apply, c.quant->apply) << name;
+    EXPECT_EQ(back.quant->mx_rule, c.quant->mx_rule) << name;
+    EXPECT_EQ(back.quant->nan, c.quant->nan) << name;
+    EXPECT_EQ(back.quant->scale_ub, 1200) << name;
+    EXPECT_EQ(back.quant->min_scale, c.quant->min_scale) << name;
+    EXPECT_TRUE(back.quant->amax) << name;
+    EXPECT_FALSE(back.quant->y) << name;
+    EXPECT_EQ(back.quant->preset, name);
+  }
+  EXPECT_FALSE(proto::case_from_json(proto::case_json(make_case(ref::Op::rmsnorm, DType::float32, 2, 8))).quant);
+  nlohmann::json j = proto::case_json(quant_case("te_nvfp4"));
+  j["quant"]["format"] = "float4";
+  expect_throw<proto::ProtocolError>([&] { proto::case_from_json(j); }, "float4");
+}
+
+TEST(Quant, CodeOutputsAreRequestedAsTheFixtureStoresThem) {
+  const auto specs = output_specs(quant_case("te_nvfp4"));
+  const nlohmann::json j = proto::output_specs_json(specs);
+  bool saw_q = false;
+  for (const auto& e : j) {
+    if (e["name"] == "q") {
+      saw_q = true;
+      EXPECT_EQ(e["dtype"], "uint8");
+      EXPECT_EQ(e["shape"], nlohmann::json({2, 16}));  // two codes a byte
+      EXPECT_EQ(e["codes"], "nvfp4_e2m1");
+      EXPECT_EQ(e["packing"], "low_nibble_first");
+    }
+    if (e["name"] == "scale") {
+      EXPECT_EQ(e["codes"], "float8_e4m3fn");
+    }
+  }
+  EXPECT_TRUE(saw_q);
+  // And read back into the in-memory specs (float64 codes, unpacked).
+  const auto back = proto::output_specs_from_json(nlohmann::json{{"outputs", j}});
+  ASSERT_EQ(back.size(), specs.size());
+  for (const auto& [name, s] : specs) {
+    EXPECT_EQ(back.at(name).dtype, s.dtype) << name;
+    EXPECT_EQ(back.at(name).shape, s.shape) << name;
+    EXPECT_EQ(back.at(name).codes, s.codes) << name;
+  }
+  const auto i8 = proto::output_specs_json(output_specs(quant_case("vllm_dynamic_int8")));
+  for (const auto& e : i8)
+    if (e["name"] == "q") {
+      EXPECT_EQ(e["dtype"], "int8");
+    }
+}
+
+// The C++ child (serve.cpp) and the host both ways: codes, packed NVFP4, E8M0/E4M3 block scales
+// and float scales come back as the reference computed them, code for code.
+TEST(Quant, EveryPresetRoundTripsThroughTheProtocol) {
+  auto cand = serve_self();
+  EXPECT_FALSE(cand->info().caps.quant_formats.empty());
+  for (const auto& [name, q] : ref::quant_presets()) {
+    const ref::Case c = quant_case(name);
+    const auto want = ref::evaluate(c);
+    const Outputs got = cand->run(c);
+    ASSERT_EQ(got.size(), want.outputs.size()) << name;
+    for (const auto& [oname, o] : want.outputs) {
+      ASSERT_TRUE(got.count(oname)) << name << " " << oname;
+      const auto& g = got.at(oname);
+      ASSERT_EQ(g.shape, o.value.shape) << name << " " << oname;
+      ASSERT_EQ(g.dtype, o.value.dtype) << name << " " << oname;
+      for (std::size_t i = 0; i < g.data.size(); ++i)
+        ASSERT_TRUE(same_value(g.data[i], o.value.data[i])) << name << " " << oname << "[" << i << "]";
+    }
+  }
+  // int8 codes keep their sign on the wire.
+  const Outputs i8 = cand->run(quant_case("vllm_dynamic_int8"));
+  EXPECT_LT(*std::min_element(i8.at("q").data.begin(), i8.at("q").data.end()), 0);
+}
+
+TEST(Quant, ACandidateWithoutQuantDeclaresNone) {
+  SKIP_WITHOUT_PYTHON();
+  SubprocessOptions opt;
+  auto cand = python({python_dir() + "/numpy_candidate.py"}, opt);
+  EXPECT_TRUE(cand->info().caps.quant_formats.empty());
+  const auto why = cand->declines(quant_case("vllm_static_fp8"));
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("quantized outputs (q, scale) not supported"), std::string::npos) << *why;
+}
+
+TEST(Quant, PythonCandidateReturnsCodes) {
+  SKIP_WITHOUT_PYTHON();
+  SubprocessOptions opt;
+  opt.timeout_s = 30;
+  auto cand = python({kSource + "/conformance/subprocess/tests/helpers/quant_candidate.py"}, opt);
+  EXPECT_EQ(cand->info().caps.quant_scales,
+            (std::vector<ref::ScaleKind>{ref::ScaleKind::static_tensor, ref::ScaleKind::mx_block}));
+  // vllm_static_fp8 needs the llama contract's arithmetic only when the case says so: this one is
+  // `exact`, so the candidate takes it; NVFP4 is not among its formats.
+  EXPECT_FALSE(cand->declines(quant_case("flashinfer_fp8")));
+  const auto nv = cand->declines(quant_case("te_nvfp4"));
+  ASSERT_TRUE(nv);
+  EXPECT_EQ(*nv, "quant format nvfp4_e2m1 not supported");
+  for (const char* preset : {"flashinfer_fp8", "te_delayed_fp8", "te_mxfp8", "ocp_mxfp8"}) {
+    const ref::Case c = quant_case(preset);
+    const auto want = ref::evaluate(c);
+    const Outputs got = cand->run(c);
+    // Its norm is binary64 rounded once, so on these well-conditioned rows every code and block
+    // scale is the certified one.
+    for (const char* oname : {"q", "scale"}) {
+      if (!want.outputs.count(oname)) continue;
+      ASSERT_TRUE(got.count(oname)) << preset << " " << oname;
+      EXPECT_EQ(got.at(oname).data, want.outputs.at(oname).value.data) << preset << " " << oname;
+    }
+  }
+}
+
+TEST(Quant, MalformedCodeRepliesSayWhatIsWrong) {
+  SKIP_WITHOUT_PYTHON();
+  const std::pair<const char*, const char*> modes[] = {
+      {"q_unpacked",
+       "output 'q' is uint8 [2, 32]; the request asked for uint8 [2, 16] (nvfp4_e2m1 codes, packed two per byte, "
+       "element 2k in the low nibble)"},
+      {"q_float32", "output 'q' is float32 [2, 32]; the request asked for uint8 [2, 32] (float8_e4m3fn codes, one per byte)"},
+      {"q_short", "nbytes 63 does not match shape [2, 32] of uint8 (64 bytes)"},
+  };
+  for (const auto& [mode, part] : modes) {
+    auto cand = misbehave(mode);
+    const ref::Case c = quant_case(std::string(mode) == "q_unpacked" ? "te_nvfp4" : "vllm_static_fp8");
+    expect_throw<CandidateError>([&] { cand->run(c); }, part);
+  }
+}
+
 // ---- Python children -------------------------------------------------------------------------
 
 TEST(Python, NumpyCandidateAgreesWithTheReference) {
@@ -538,7 +696,9 @@ TEST(Python, MalformedRepliesAreProtocolErrors) {
       {"bad_nbytes", "nbytes 68 does not match shape [2, 8]"},
       {"negative_dim", "negative dim"},
       {"huge", "more than 2^31 elements"},
-      {"unknown_dtype", "unknown dtype 'int8'"},
+      {"unknown_dtype", "unknown dtype 'float8'"},
+      // int8 is a dtype now (quantized codes), but not y's
+      {"int8_y", "output 'y' is int8 [2, 8]; the request asked for float32 [2, 8]"},
       {"wrong_shape", "output 'y' is float32 [1]; the request asked for float32 [2, 8]"},
       {"unrequested", "output 'foo' was not requested"},
       {"unknown_type", "unexpected reply type 'weather'"},
@@ -775,6 +935,8 @@ class Oracle final : public Candidate {
     info_.caps.dtypes.push_back(DType::float64);
     info_.caps.compute_dtypes.push_back(DType::float64);
     info_.caps.device = "test";
+    for (const auto& row : ref::EnumTable<ref::QFormat>::rows) info_.caps.quant_formats.push_back(row.value);
+    for (const auto& row : ref::EnumTable<ref::ScaleKind>::rows) info_.caps.quant_scales.push_back(row.value);
   }
   const CandidateInfo& info() const override { return info_; }
   std::optional<std::string> declines(const ref::Case& c) const override {

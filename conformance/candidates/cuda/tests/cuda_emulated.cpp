@@ -9,6 +9,7 @@
 
 #include "../cuda_norm.hpp"
 #include "../cuda_norm_device.cuh"
+#include "../cuda_quant_device.cuh"
 
 namespace normcheck::cuda_candidate {
 
@@ -75,6 +76,23 @@ std::string run_problem(Device*, const Problem& p) {
   if (!p.x.data) return "the case has no input x";
   if (p.backward && !p.dy.data) return "a backward case without input dy";
   device::set_scalars(a, p);
+  if (p.quant.on) {
+    device::QuantArgs qa{};
+    qa.q = p.quant.q.data;
+    qa.scale = p.quant.scale.data;
+    qa.row_amax = p.quant.row_amax.data;
+    qa.format = p.quant.format;
+    qa.dynamic = p.quant.dynamic ? 1 : 0;
+    qa.apply = p.quant.apply;
+    qa.value_dt = p.quant.value_dt;
+    qa.nan_code = p.quant.nan_code ? 1 : 0;
+    qa.static_scale = p.quant.static_scale;
+    qa.scale_ub = p.quant.scale_ub;
+    qa.min_scale = p.quant.min_scale;
+    emu::launch(static_cast<unsigned>(p.rows), static_cast<unsigned>(device::row_threads(p.cols)),
+                [&a, &qa] { device::rms_norm_quant(a, qa); });
+    return {};
+  }
   if (p.compute == NC_FLOAT64)
     launch<double>(p, a);
   else

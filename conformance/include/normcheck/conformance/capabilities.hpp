@@ -11,6 +11,7 @@
 
 #include "normcheck/judge/tolerance.hpp"
 #include "normcheck/reference/case.hpp"
+#include "normcheck/reference/quant.hpp"
 
 namespace normcheck::conf {
 
@@ -40,26 +41,30 @@ struct Capabilities {
   // How its sums are formed (candidate.h NC_CAP_REDUCTION; TOLERANCE.md, section 9): `any`
   // holds it to every correct algorithm; a narrower class to that class's (smaller) bound.
   Reduction reduction;
-  // It implements fused norm + quantization (cases with `quant`, reference/README.md "Quantized
-  // outputs"): q as one code per element (NVFP4 unpacked), scales as the fixture stores them.
-  // Only builtin candidates can this release; the plugin ABI and protocol do not carry codes.
-  bool quant = false;
+  // Fused norm + quantization (cases with `quant`, reference/README.md "Quantized outputs"): the
+  // code formats and the scale kinds it implements; a quantized case is taken when both its
+  // format and its scale kind are listed (so both empty, the default, takes none). In memory a
+  // candidate returns q as one code per element (NVFP4 unpacked) held as an exact integer, block
+  // scales as codes; the plugin ABI (candidate.h nc_quant) and the protocol carry them as the
+  // fixture stores them, uint8/int8 with NVFP4 packed two per byte (quant_wire.hpp converts).
+  std::vector<ref::QFormat> quant_formats{};
+  std::vector<ref::ScaleKind> quant_scales{};
   std::string device = "cpu";
 };
 
 // A capability's name in JSON, and how the one-line text of `normcheck candidates` shows it:
 // a list as `text` followed by its names joined by ","; a flag as `text` when set and
 // `text_off` when not (empty: nothing shown); the reduction class as `text` and its name unless
-// it is `any`; the device as it is.
+// it is `any`; the device as it is. A list with `hide_empty` is not shown when empty.
 struct CapabilityField {
   std::string_view name;
   std::string_view text;
   std::string_view text_off = {};
+  bool hide_empty = false;
 };
 
 // The table: every field the plugin ABI and the protocol carry, in the order they are written.
-// `quant` is not in it: the plugin ABI and the protocol do not carry codes this release, so only
-// builtin candidates declare it. `Caps` is Capabilities or const Capabilities; f(field, member).
+// `Caps` is Capabilities or const Capabilities; f(field, member).
 template <class Caps, class F>
   requires std::is_same_v<std::remove_const_t<Caps>, Capabilities>
 void for_each_capability(Caps& c, F&& f) {
@@ -76,6 +81,8 @@ void for_each_capability(Caps& c, F&& f) {
   f(CapabilityField{"flush_subnormal_outputs", "flushes subnormal outputs"}, c.flush_subnormal_outputs);
   f(CapabilityField{"no_statistics", ""}, c.no_statistics);
   f(CapabilityField{"reduction", "reduction "}, c.reduction);
+  f(CapabilityField{"quant_formats", "quant ", {}, true}, c.quant_formats);
+  f(CapabilityField{"quant_scales", "quant scales ", {}, true}, c.quant_scales);
   f(CapabilityField{"device", ""}, c.device);
 }
 
@@ -103,9 +110,10 @@ inline std::string capabilities_text(const Capabilities& caps) {
     } else if constexpr (std::is_same_v<T, std::string>) {
       out += (out.empty() ? "" : " | ") + v;  // the device: always shown
     } else {
+      if (f.hide_empty && v.empty()) return;
       std::string names;
       for (const auto& x : v) names += (names.empty() ? "" : ",") + capability_item_name(x);
-      out += out.empty() ? "" : " | ";  // a list is shown even when empty
+      out += out.empty() ? "" : " | ";  // a list is shown even when empty (unless hide_empty)
       out += std::string(f.text) + names;
     }
   });

@@ -133,7 +133,24 @@ def raw_mode():
         elif MODE == "huge":
             send({"type": "result", "outputs": [y_entry(req, shape=[65536, 65536], nbytes=4 << 32)]})
         elif MODE == "unknown_dtype":
-            send({"type": "result", "outputs": [y_entry(req, dtype="int8")]})
+            send({"type": "result", "outputs": [y_entry(req, dtype="float8")]})
+        elif MODE == "int8_y":
+            e = y_entry(req, dtype="int8")
+            e["nbytes"] //= 4
+            send({"type": "result", "outputs": [e]}, b"\0" * e["nbytes"])
+        elif MODE in ("q_unpacked", "q_float32", "q_short"):  # quantized cases: q as it must not be
+            q = next(o for o in req["outputs"] if o["name"] == "q")
+            shape, dtype, size = list(q["shape"]), q["dtype"], 1
+            if MODE == "q_unpacked":
+                shape[-1] *= 2
+            if MODE == "q_float32":
+                dtype, size = "float32", 4
+            n = size
+            for d in shape:
+                n *= d
+            if MODE == "q_short":
+                n -= 1
+            send({"type": "result", "outputs": [{"name": "q", "dtype": dtype, "shape": shape, "nbytes": n}]}, b"\0" * n)
         elif MODE == "wrong_shape":
             send({"type": "result", "outputs": [y_entry(req, shape=[1], nbytes=4)]}, b"\0" * 4)
         elif MODE == "unrequested":
