@@ -91,9 +91,16 @@ int main(int argc, char** argv) {
   double t_check = 0, t_diag = 0, worst_ratio = 0;
   std::string worst_ratio_case;
   int correct_failures = 0, unrepresentable = 0;
+  std::set<std::string> quant_ids;
   for (const auto& id : reader.case_ids()) {
     if (::fnmatch(glob.c_str(), id.c_str(), 0) != 0) continue;
     const fix::FixtureCase fc = reader.read_case(id);
+    // Quantized cases (the smoke tier's `q_*`) have no diagnosis panel yet (DIAGNOSIS.md): left out
+    // here and in the runner's path below.
+    if (fc.c.quant) {
+      quant_ids.insert(id);
+      continue;
+    }
     double t0 = now();
     const auto allow = conf::derive_allowances(fc.c);
     const double t_allow = now() - t0;
@@ -168,6 +175,7 @@ int main(int argc, char** argv) {
   int passing_with = 0, failed_without = 0, passing = 0;
   for (const auto& run : conf::run_candidates(run_cands, ro))
     for (const auto& c : run.cases) {
+      if (quant_ids.count(c.case_id)) continue;
       if (c.verdict == conf::Verdict::failed)
         failed_without += !c.diagnosed;
       else {
