@@ -152,8 +152,9 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     ++summary[r.verdict];
     const std::string reproduce_cmd =
         r.reproduce.empty() ? std::string() : base_command(p->name) + " --reproduce " + quote(r.reproduce);
-    fmt::print("{:<11} {:<20} {} tests, {:.1f} s{}{}\n", prop::name_of(r.verdict), r.name, r.tests, r.seconds,
+    fmt::print("{:<11} {:<20} {} tests, {:.1f} s{}{}{}\n", prop::name_of(r.verdict), r.name, r.tests, r.seconds,
                r.shrinks ? fmt::format(", shrunk in {} steps", r.shrinks) : std::string(),
+               r.quant_tests ? fmt::format(" ({} with quantized outputs)", r.quant_tests) : std::string(),
                r.flushed_tests ? fmt::format(" ({} zero{} accepted as flushed subnormals, in {} test{})",
                                              r.flushed_elements, r.flushed_elements == 1 ? "" : "s", r.flushed_tests,
                                              r.flushed_tests == 1 ? "" : "s")
@@ -248,6 +249,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     jp["seconds"] = r.seconds;
     if (r.slowest_seconds > 0)
       jp["slowest_test"] = Json{{"seconds", r.slowest_seconds}, {"case", r.slowest_case}};
+    if (r.quant_tests) jp["quant_tests"] = r.quant_tests;
     if (r.flushed_tests) {
       jp["flushed_tests"] = r.flushed_tests;
       jp["flushed"] = r.flushed_elements;

@@ -106,12 +106,14 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
     if (barren) throw *barren;
     // A replay (--reproduce) runs the case again along its shrink path; the counts are those of
     // the last run, the replayed case.
-    if (!opt.reproduce.empty()) r.flushed_tests = r.flushed_elements = 0;
+    if (!opt.reproduce.empty()) r.flushed_tests = r.flushed_elements = r.quant_tests = 0;
     drawn_cases().clear();
+    drawn_quant_cases() = 0;
     const auto t_test = std::chrono::steady_clock::now();
     try {
       p.test(ctx);
       ++passed;
+      if (drawn_quant_cases() > 0) ++r.quant_tests;
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_test).count();
       if (took > r.slowest_seconds) {
         r.slowest_seconds = took;

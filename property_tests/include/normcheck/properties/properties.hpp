@@ -106,6 +106,9 @@ struct PropertyResult {
   // Tests (and elements) that passed only because the candidate declares flush-to-zero outputs
   // (conf::CheckOptions): counted by `agreement`, which compares with the reference.
   std::int64_t flushed_tests = 0, flushed_elements = 0;
+  // Tests that passed on a case with a quant contract (fused quantization: the generators draw
+  // them for agreement and determinism where the candidate declares them).
+  std::int64_t quant_tests = 0;
   // The slowest test that passed: its seconds (candidate, reference and judge together) and the
   // case(s) it drew (drawn_cases()); 0 and "" when none passed.
   double slowest_seconds = 0;
