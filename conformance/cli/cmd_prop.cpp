@@ -25,7 +25,7 @@ struct PropArgs {
   int tests = 100, max_size = 100;
   std::int64_t max_hidden = 8192;
   std::uint64_t seed = 1;
-  bool force = false, isolate = false, list = false, no_shrink = false;
+  bool force = false, isolate = false, list = false, no_shrink = false, quant_only = false;
   bool allow_empty = false;  // every property UNSUPPORTED may exit 0
   std::string reduction;     // --reduction CLASS
   double timeout = 0, startup_timeout = 0;
@@ -110,7 +110,8 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
   auto base_command = [&](const std::string& name) {
     return fmt::format("normcheck prop --candidate {}{} --properties {} --seed {} --tests {} --max-size {}{}",
                        quote(a.candidate), isolation, name, a.seed, a.tests, a.max_size,
-                       a.max_hidden != 8192 ? fmt::format(" --max-hidden {}", a.max_hidden) : std::string());
+                       a.max_hidden != 8192 ? fmt::format(" --max-hidden {}", a.max_hidden) : std::string()) +
+           (a.quant_only ? " --quant-only" : "");
   };
 
   const bool tty = ::isatty(STDERR_FILENO);
@@ -127,6 +128,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     opt.max_hidden = a.max_hidden;
     opt.reproduce = a.reproduce;
     opt.shrink = !a.no_shrink;
+    opt.quant_only = a.quant_only;
     opt.reduction = reduction;
     int last_logged = 0;
     if (tty)
@@ -325,6 +327,8 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
   cmd->add_option("--json", a->json, "Write the results file (normcheck-results v1, mode prop) here");
   cmd->add_option("--reproduce", a->reproduce, "Replay one failure from its reproduce string (with --properties)");
   cmd->add_flag("--no-shrink", a->no_shrink, "Report the first failing case as drawn, without shrinking");
+  cmd->add_flag("--quant-only", a->quant_only,
+                "Draw only quantized cases (agreement and determinism, for a candidate that declares them)");
   cmd->add_flag("--force", a->force, "Replace existing results and counterexample files");
   cmd->add_flag("--isolate", a->isolate, "Run a plugin or builtin in a child process");
   cmd->add_option("--timeout", a->timeout, "Seconds allowed per call of a subprocess candidate (0: none)");

@@ -277,7 +277,8 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
   bool qstatic = false;
   const bool quant = lim.quant && caps.quant && !lim.blocks_required && has(caps.directions, ref::Direction::forward) &&
                      (lim.directions.empty() || has(lim.directions, ref::Direction::forward)) &&
-                     pick<bool>({{3, false}, {1, true}});
+                     pick<bool>({{lim.quant_required ? 0 : 3, false}, {1, true}});
+  if (lim.quant_required && !quant) RC_DISCARD("only quantized cases (--quant-only), and none fits here");
   if (quant) e["quant"] = draw_quant(qblock, qstatic);
   // block or plain
   const bool block = !quant && (lim.blocks || lim.blocks_required) && caps.blocks &&

@@ -66,6 +66,7 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
   std::optional<Failure> last;
   CaseLimits lim;
   lim.max_hidden = opt.max_hidden;
+  lim.quant_required = opt.quant_only;
   Context ctx{cand, lim, &last, &r.flushed_tests, &r.flushed_elements,
               opt.reduction.value_or(cand.info().caps.reduction)};
   rc::detail::TestParams params;
@@ -113,7 +114,7 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
     try {
       p.test(ctx);
       ++passed;
-      if (drawn_quant_cases() > 0) ++r.quant_tests;
+      if (drawn_quant_cases() > 0 && !last) ++r.quant_tests;  // not the shrink's passing steps
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_test).count();
       if (took > r.slowest_seconds) {
         r.slowest_seconds = took;

@@ -41,6 +41,7 @@ struct CaseLimits {
   // contract field drawn; forward, last dim, no block. Off by default: only the properties whose
   // relation holds for codes and scales turn it on (agreement, determinism).
   bool quant = false;
+  bool quant_required = false;            // only quantized cases (`prop --quant-only`)
   bool residual_required = false;         // only fused residual cases
   std::vector<ref::Affine> affines;       // empty: none, weight, weight_bias
   std::vector<ref::Op> ops;               // empty: what the candidate declares

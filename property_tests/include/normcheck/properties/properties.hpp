@@ -86,6 +86,9 @@ struct Options {
   std::int64_t max_hidden = 8192; // largest normalized row drawn
   std::string reproduce;          // a `reproduce` string from an earlier failure: replay it only
   bool shrink = true;
+  // `--quant-only`: every drawn case carries a quant contract (the properties that draw them:
+  // agreement, determinism; the others discard every draw and give up as UNSUPPORTED).
+  bool quant_only = false;
   // `--reduction CLASS`: judge the candidate under this class instead of its declaration.
   std::optional<conf::Reduction> reduction;
   // Called after each test case (for a progress display): tests so far, shrinks so far.
