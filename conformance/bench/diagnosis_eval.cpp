@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/judge/checker_quant.hpp"
 #include "normcheck/judge/checker.hpp"
 #include "normcheck/judge/diagnosis.hpp"
 #include "normcheck/judge/faults.hpp"
@@ -42,6 +43,12 @@ namespace {
 std::set<std::string> planted(const conf::CandidateInfo& mutant) {
   const auto d = conf::dialects_naming(mutant.fault_id);
   return {d.begin(), d.end()};
+}
+
+// Whether a mutant's planted fault is one of the quantization step (class H).
+bool quant_fault(const conf::CandidateInfo& mutant) {
+  const conf::FaultEntry* f = conf::find_fault(mutant.fault_id);
+  return f && f->cls == 'H';
 }
 
 struct Tally {
@@ -90,12 +97,15 @@ int main(int argc, char** argv) {
   Tally total;
   double t_check = 0, t_diag = 0, worst_ratio = 0;
   std::string worst_ratio_case;
-  int correct_failures = 0, unrepresentable = 0;
+  int correct_failures = 0, unrepresentable = 0, norm_on_quant = 0, norm_on_quant_named = 0;
   for (const auto& id : reader.case_ids()) {
     if (::fnmatch(glob.c_str(), id.c_str(), 0) != 0) continue;
     const fix::FixtureCase fc = reader.read_case(id);
+    // Quantized cases (`q_*`) are judged by check_quant_case and diagnosed by the quantization
+    // dialects (DIAGNOSIS.md, "Quantized outputs (class H)"), as `run` does.
+    const bool quant = fc.c.quant.has_value();
     double t0 = now();
-    const auto allow = conf::derive_allowances(fc.c);
+    const auto allow = quant ? std::map<std::string, conf::OutputAllowance>{} : conf::derive_allowances(fc.c);
     const double t_allow = now() - t0;
     for (const auto* e : cands) {
       auto cand = e->make();
@@ -107,7 +117,7 @@ int main(int argc, char** argv) {
         continue;
       }
       t0 = now();
-      const auto res = conf::check_case(fc, got, allow);
+      const auto res = quant ? conf::check_quant_case(fc, got) : conf::check_case(fc, got, allow);
       const double tc = now() - t0 + t_allow;
       if (res.verdict != conf::Verdict::failed) continue;
       const std::string name = e->info.name.substr(8);
@@ -116,8 +126,19 @@ int main(int argc, char** argv) {
         fmt::print("correct kernel {} FAILED {}\n", name, id);
         continue;
       }
+      if (quant && !quant_fault(e->info)) {
+        // A fault of the norm on a quantized case: the quantization dialects must not take the
+        // blame (DIAGNOSIS.md, "Quantized outputs (class H)"); not counted in the ranks.
+        ++norm_on_quant;
+        const auto d = conf::diagnose_quant(fc, got, res);
+        if (!d.empty() && d.front().explains) {
+          ++norm_on_quant_named;
+          fmt::print("{:<32} {:<40} a norm fault named by {}\n", name, id, d.front().dialect);
+        }
+        continue;
+      }
       t0 = now();
-      const auto d = conf::diagnose(fc, got, allow);
+      const auto d = quant ? conf::diagnose_quant(fc, got, res) : conf::diagnose(fc, got, allow);
       const double td = now() - t0;
       t_check += tc;
       t_diag += td;
@@ -204,6 +225,8 @@ int main(int argc, char** argv) {
   fmt::print("passing cases (all candidates): {}, with a diagnosis: {}; FAILED cases without one: {}\n",
              passing, passing_with, failed_without);
   fmt::print("correct kernels' FAILED cases: {}\n", correct_failures);
+  fmt::print("norm mutants' FAILED quantized cases: {}, named by a quantization dialect: {}\n", norm_on_quant,
+             norm_on_quant_named);
   fmt::print(
       "CPU time on the failing cases: check (allowances + compare) {:.3f} s, diagnosis {:.3f} s, ratio "
       "{:.2f}; "
@@ -217,5 +240,6 @@ int main(int argc, char** argv) {
   if (top3 < 99) ok = false, fmt::print("FAIL: top-3 {:.1f} % < 99 %\n", top3);
   if (passing_with || failed_without) ok = false, fmt::print("FAIL: diagnoses attached to the wrong cases\n");
   if (correct_failures) ok = false, fmt::print("FAIL: a correct kernel failed\n");
+  if (norm_on_quant_named) ok = false, fmt::print("FAIL: a norm fault named as a quantization fault\n");
   return ok ? 0 : 1;
 }

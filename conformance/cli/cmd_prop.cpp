@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/judge/checker_quant.hpp"
 #include "normcheck/judge/diagnosis.hpp"
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/properties/properties.hpp"
@@ -25,7 +26,7 @@ struct PropArgs {
   int tests = 100, max_size = 100;
   std::int64_t max_hidden = 8192;
   std::uint64_t seed = 1;
-  bool force = false, isolate = false, list = false, no_shrink = false;
+  bool force = false, isolate = false, list = false, no_shrink = false, quant_only = false;
   bool allow_empty = false;  // every property UNSUPPORTED may exit 0
   std::string reduction;     // --reduction CLASS
   double timeout = 0, startup_timeout = 0;
@@ -110,7 +111,8 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
   auto base_command = [&](const std::string& name) {
     return fmt::format("normcheck prop --candidate {}{} --properties {} --seed {} --tests {} --max-size {}{}",
                        quote(a.candidate), isolation, name, a.seed, a.tests, a.max_size,
-                       a.max_hidden != 8192 ? fmt::format(" --max-hidden {}", a.max_hidden) : std::string());
+                       a.max_hidden != 8192 ? fmt::format(" --max-hidden {}", a.max_hidden) : std::string()) +
+           (a.quant_only ? " --quant-only" : "");
   };
 
   const bool tty = ::isatty(STDERR_FILENO);
@@ -127,6 +129,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     opt.max_hidden = a.max_hidden;
     opt.reproduce = a.reproduce;
     opt.shrink = !a.no_shrink;
+    opt.quant_only = a.quant_only;
     opt.reduction = reduction;
     int last_logged = 0;
     if (tty)
@@ -152,8 +155,9 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     ++summary[r.verdict];
     const std::string reproduce_cmd =
         r.reproduce.empty() ? std::string() : base_command(p->name) + " --reproduce " + quote(r.reproduce);
-    fmt::print("{:<11} {:<20} {} tests, {:.1f} s{}{}\n", prop::name_of(r.verdict), r.name, r.tests, r.seconds,
+    fmt::print("{:<11} {:<20} {} tests, {:.1f} s{}{}{}\n", prop::name_of(r.verdict), r.name, r.tests, r.seconds,
                r.shrinks ? fmt::format(", shrunk in {} steps", r.shrinks) : std::string(),
+               r.quant_tests ? fmt::format(" ({} with quantized outputs)", r.quant_tests) : std::string(),
                r.flushed_tests ? fmt::format(" ({} zero{} accepted as flushed subnormals, in {} test{})",
                                              r.flushed_elements, r.flushed_elements == 1 ? "" : "s", r.flushed_tests,
                                              r.flushed_tests == 1 ? "" : "s")
@@ -229,11 +233,13 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
         }
       }
       // A counterexample the reference rejects (not only a broken relation): which known fault
-      // explains the candidate's outputs on it (the panel of conformance/DIAGNOSIS.md).
+      // explains the candidate's outputs on it (the panel of conformance/DIAGNOSIS.md; the
+      // quantization dialects, class H, on a quantized case, as in `run`).
       if (!f.crashed && f.agreement && f.agreement->verdict == conf::Verdict::failed) {
         try {
           const conf::Outputs got = cand->run(counterexample().c);
-          const auto diagnosis = conf::diagnose(counterexample(), got);
+          const auto diagnosis = f.replay.quant ? conf::diagnose_quant(counterexample(), got, *f.agreement)
+                                                : conf::diagnose(counterexample(), got);
           if (!diagnosis.empty()) {
             fmt::print("    {}\n", conf::describe_diagnosis(diagnosis));
             jp["diagnosis"] = Json::parse(conf::diagnosis_json_text(diagnosis));
@@ -248,6 +254,7 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     jp["seconds"] = r.seconds;
     if (r.slowest_seconds > 0)
       jp["slowest_test"] = Json{{"seconds", r.slowest_seconds}, {"case", r.slowest_case}};
+    if (r.quant_tests) jp["quant_tests"] = r.quant_tests;
     if (r.flushed_tests) {
       jp["flushed_tests"] = r.flushed_tests;
       jp["flushed"] = r.flushed_elements;
@@ -322,6 +329,8 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
   cmd->add_option("--json", a->json, "Write the results file (normcheck-results v1, mode prop) here");
   cmd->add_option("--reproduce", a->reproduce, "Replay one failure from its reproduce string (with --properties)");
   cmd->add_flag("--no-shrink", a->no_shrink, "Report the first failing case as drawn, without shrinking");
+  cmd->add_flag("--quant-only", a->quant_only,
+                "Draw only quantized cases (agreement and determinism, for a candidate that declares them)");
   cmd->add_flag("--force", a->force, "Replace existing results and counterexample files");
   cmd->add_flag("--isolate", a->isolate, "Run a plugin or builtin in a child process");
   cmd->add_option("--timeout", a->timeout, "Seconds allowed per call of a subprocess candidate (0: none)");

@@ -188,13 +188,14 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     }
     for (const auto& e : conf::builtin_candidates()) {
       // correct: the kernels held to conform; all adds the mutants and the external libraries
-      // with recorded findings (builtin:ggml-*: conformance/candidates/bundled_plugins.cpp). The
-      // quantization mutants (class H) only differ on quantized cases, which no tier but quant
-      // holds yet: quant-mutants selects them, mutants and all leave them out.
+      // with recorded findings (builtin:ggml-*: conformance/candidates/bundled_plugins.cpp).
+      // mutants and all include the quantization mutants (class H): the smoke and ci tiers hold
+      // quantized cases that reject each of them. quant-mutants selects those six alone (the
+      // quant tier, whose other cases no other mutant is meant for).
       const bool mutant = e.info.kind == conf::CandidateKind::mutant, quant = mutant && e.info.fault_class == "H";
       const bool take = a.builtins == "quant-mutants" ? quant
-                        : a.builtins == "all"         ? !quant
-                        : a.builtins == "mutants"     ? mutant && !quant
+                        : a.builtins == "all"         ? true
+                        : a.builtins == "mutants"     ? mutant
                                                       : e.info.kind == conf::CandidateKind::correct;
       if (take) specs.push_back(e.info.name);
     }
@@ -388,7 +389,7 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
   auto* run = app.add_subcommand("run", "Run candidates over a fixture file and check their outputs");
   add_common(run);
   run->add_option("--candidate", a->candidates, "builtin:NAME, plugin:PATH.so or 'cmd:COMMAND ARGS...' (repeatable)");
-  run->add_option("--builtins", a->builtins, "Also run the built-in candidates: correct, mutants, all (mutants and all without the quantization mutants) or quant-mutants (class H, for the quant tier)");
+  run->add_option("--builtins", a->builtins, "Also run the built-in candidates: correct, mutants, all, or quant-mutants (the quantization mutants of class H alone, for the quant tier)");
   run->add_option("--json-dir", a->json_dir, "Write one results file per candidate into this directory");
   run->add_flag("--isolate", a->isolate, "Run plugins and builtins in a child process: crashes and hangs become "
                                           "CRASHED / TIMEOUT for that case");

@@ -9,6 +9,7 @@
 
 #include "normcheck/fixtures/error.hpp"
 #include "normcheck/reference/contract.hpp"
+#include "normcheck/reference/quant.hpp"
 
 namespace normcheck::prop {
 namespace {
@@ -163,6 +164,59 @@ json draw_x_family(const ref::Case& c, std::int64_t hidden, std::int64_t rows, b
   return json{{"family", "normal"}};
 }
 
+// A quantization contract (reference/CASE_JSON.md, "quant"): one of the named presets (as the
+// quant tier uses them), or the format, scale kind and every field where real kernels differ drawn
+// one by one. Shrinks towards vllm_static_fp8. `block` is set to the format's block size (MX 32,
+// NVFP4 16, else 0); `static_scale` whether the case takes the input `scale`.
+json draw_quant(const conf::Capabilities& caps, int& block, bool& static_scale) {
+  json q = json::object();
+  std::string format, scale;
+  if (pick<bool>({{1, true}, {1, false}})) {
+    const auto& presets = ref::quant_presets();
+    const auto& [name, contract] = presets[draw_index(presets.size())];
+    q["preset"] = name;
+    format = std::string(ref::name_of(contract.format));
+    scale = std::string(ref::name_of(contract.scale));
+    // The MX presets in E5M2 as well (the quant tier's ocp_mxfp8_e5m2).
+    if (contract.scale == ref::ScaleKind::mx_block && pick<bool>({{3, false}, {1, true}})) {
+      format = "mxfp8_e5m2";
+      q["format"] = format;
+    }
+  } else {
+    format = pick<std::string>({{2, "float8_e4m3fn"}, {1, "float8_e5m2"}, {1, "int8"}, {1, "mxfp8_e4m3"},
+                                {1, "mxfp8_e5m2"}, {1, "nvfp4_e2m1"}});
+    if (format == "mxfp8_e4m3" || format == "mxfp8_e5m2")
+      scale = "mx_block";
+    else if (format == "nvfp4_e2m1")
+      scale = "nvfp4_block";
+    else
+      scale = pick<std::string>({{1, "static_tensor"}, {1, "dynamic_token"}});
+    q["format"] = format;
+    q["scale"] = scale;
+    q["residual_sum"] = pick<std::string>({{1, "rounded"}, {1, "unrounded"}});
+    q["value"] = pick<std::string>({{1, "activation"}, {1, "float32"}});
+    if (scale == "static_tensor" || scale == "dynamic_token")
+      q["apply"] = pick<std::string>({{1, "reciprocal"}, {1, "divide"}, {1, "multiply"}});
+    if (scale == "mx_block") q["mx_rule"] = pick<std::string>({{1, "floor"}, {1, "round_up"}});
+    q["nan"] = pick<std::string>({{2, "nan_code"}, {1, "unspecified"}});
+    if (scale == "dynamic_token" && pick<bool>({{3, false}, {1, true}}))
+      q["scale_ub"] = pick<double>({{1, 2.0}, {1, 1200.0}});  // a bound some rows' amax exceed
+  }
+  json outputs = json::array();
+  if (pick<bool>({{3, false}, {1, true}})) outputs.push_back("amax");
+  if (pick<bool>({{3, false}, {1, true}})) outputs.push_back("y");
+  if (!outputs.empty()) q["outputs"] = outputs;
+  // A candidate is sent only the formats and scale kinds it declares (capabilities.hpp).
+  const auto f = ref::parse_qformat(format);
+  const auto k = ref::parse_scale_kind(scale);
+  if (!f || std::find(caps.quant_formats.begin(), caps.quant_formats.end(), *f) == caps.quant_formats.end() || !k ||
+      std::find(caps.quant_scales.begin(), caps.quant_scales.end(), *k) == caps.quant_scales.end())
+    RC_DISCARD("a code format or scale kind the candidate does not declare");
+  block = format == "nvfp4_e2m1" ? 16 : (format == "mxfp8_e4m3" || format == "mxfp8_e5m2") ? 32 : 0;
+  static_scale = scale == "static_tensor";
+  return q;
+}
+
 }  // namespace
 
 std::size_t draw_index(std::size_t n) {
@@ -223,15 +277,24 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
     if (has(caps.ops, o) && (lim.ops.empty() || has(lim.ops, o))) ops.push_back({1, o});
   const ref::Op op = pick(ops);
   e["op"] = ref::name_of(op);
+  // fused quantization: forward over the last dim, no block (drawn only where the candidate
+  // declares it, so that other candidates' draws are unchanged)
+  int qblock = 0;
+  bool qstatic = false;
+  const bool quant = lim.quant && !caps.quant_formats.empty() && !caps.quant_scales.empty() && !lim.blocks_required && has(caps.directions, ref::Direction::forward) &&
+                     (lim.directions.empty() || has(lim.directions, ref::Direction::forward)) &&
+                     pick<bool>({{lim.quant_required ? 0 : 3, false}, {1, true}});
+  if (lim.quant_required && !quant) RC_DISCARD("only quantized cases (--quant-only), and none fits here");
+  if (quant) e["quant"] = draw_quant(caps, qblock, qstatic);
   // block or plain
-  const bool block = (lim.blocks || lim.blocks_required) && caps.blocks &&
+  const bool block = !quant && (lim.blocks || lim.blocks_required) && caps.blocks &&
                      pick<bool>({{lim.blocks_required ? 0 : 9, false}, {1, true}});
   if (lim.blocks_required && !block) RC_DISCARD("the candidate has no blocks");
   // direction
   std::vector<std::pair<int, ref::Direction>> dirs;
   for (auto [w, d] : {std::pair{3, ref::Direction::forward}, std::pair{1, ref::Direction::backward}})
     if (has(caps.directions, d) && (lim.backward || d == ref::Direction::forward) &&
-        (lim.directions.empty() || has(lim.directions, d)))
+        (lim.directions.empty() || has(lim.directions, d)) && (!quant || d == ref::Direction::forward))
       dirs.push_back({w, d});
   const ref::Direction dir = pick(dirs);
   e["direction"] = ref::name_of(dir);
@@ -240,7 +303,9 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
   const DType dx = pick_dtype(caps.dtypes, DType::float32, true);
   const bool mixed = lim.mixed_dtypes && !block;
   const DType dp = pick_dtype(caps.dtypes, dx, mixed);
-  const DType dout = pick_dtype(caps.dtypes, dx, mixed);
+  // A quantized case's y (the value it quantizes) is float32, float16 or bfloat16.
+  DType dout = pick_dtype(caps.dtypes, dx, mixed);
+  if (quant && dout == DType::float64) dout = has(caps.dtypes, DType::float32) ? DType::float32 : dout;
   const DType dc = pick_dtype(caps.compute_dtypes, DType::float32, true);
   e["dtype_x"] = ref::name_of(dx);
   e["dtype_param"] = ref::name_of(dp);
@@ -285,10 +350,11 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
     const int size = *rc::gen::withSize([](int sz) { return rc::gen::just(sz); });
     const std::int64_t max_hidden =
         std::max<std::int64_t>(4, lim.max_hidden * std::min(size, 100) / 100);
-    hidden = draw_hidden(max_hidden);
+    // MX and NVFP4 rows are whole blocks: a number of blocks drawn as a hidden size.
+    hidden = qblock ? qblock * draw_hidden(std::max<std::int64_t>(1, max_hidden / qblock)) : draw_hidden(max_hidden);
     rows = draw_rows(hidden, lim.max_elements, lim.many_rows);
     enum Layout { last, axis_m2, axes_1 };
-    const bool general = lim.general_axes && caps.general_axes;
+    const bool general = lim.general_axes && caps.general_axes && !quant;
     std::vector<std::pair<int, Layout>> layouts{{8, last}};
     std::vector<std::int64_t> hdiv = divisors(hidden);
     if (general && hidden > 1) layouts.push_back({1, axis_m2});
@@ -358,10 +424,19 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
     if (lim.unit_affine) {
       inputs["weight"] = json{{"family", "constant"}, {"value", 1.0 - offset}};
     } else {
-      const int kind = pick<int>({{4, 0}, {1, 1}, {1, 2}});
+      // Quantized cases also draw weights of sigma 300: y beyond E4M3's 448 and E5M2's clamp
+      // faults, static scales that saturate.
+      const int kind = pick<int>({{4, 0}, {1, 1}, {1, 2}, {quant ? 1 : 0, 3}});
       if (kind == 1) inputs["weight"] = json{{"family", "gemma_weight"}};
       if (kind == 2) inputs["weight"] = json{{"family", "normal"}, {"mean", 1.0 - offset}, {"std", 1.0}};
+      if (kind == 3) inputs["weight"] = json{{"family", "normal"}, {"mean", 0.0}, {"std", 300.0}};
     }
+  }
+  // A static scale (float32, > 0): 1 (the default), a power of two, 3 (whose float32 reciprocal
+  // is inexact: reciprocal and division differ), a small one that saturates.
+  if (qstatic) {
+    const double s = pick<double>({{2, 1.0}, {1, 3.0}, {1, 0.25}, {1, 0.01}, {1, 64.0}});
+    inputs["scale"] = json{{"family", "values"}, {"values", json::array({s})}};
   }
   e["inputs"] = inputs;
   e["category"] = "property";
@@ -378,12 +453,18 @@ DrawnCase draw_case(const conf::Capabilities& caps, const CaseLimits& lim) {
   if (auto why = conf::unsupported_reason(caps, d.c)) RC_DISCARD("candidate declines: " + *why);
   std::string& drawn = drawn_cases();
   drawn += (drawn.empty() ? "" : "; ") + case_summary(d.c, d.family);
+  if (d.c.quant) ++drawn_quant_cases();
   return d;
 }
 
 std::string& drawn_cases() {
   thread_local std::string drawn;
   return drawn;
+}
+
+int& drawn_quant_cases() {
+  thread_local int n = 0;
+  return n;
 }
 
 std::string case_summary(const ref::Case& c, const std::string& family) {
@@ -401,6 +482,13 @@ std::string case_summary(const ref::Case& c, const std::string& family) {
   s += fmt::format(", affine {}", ref::name_of(c.affine));
   if (c.weight_offset != 0) s += fmt::format(" offset {}", c.weight_offset);
   s += fmt::format(", contract {}, epsilon {}", c.contract, ref::hex_text(c.epsilon));
+  if (c.quant) {
+    const auto& q = *c.quant;
+    s += fmt::format(", quant {}{} ({}, {}, {}, {}, nan {}{}{})", q.preset.empty() ? "" : q.preset + " ", ref::name_of(q.format),
+                     ref::name_of(q.scale), ref::name_of(q.residual_sum), ref::name_of(q.value),
+                     q.scale == ref::ScaleKind::mx_block ? ref::name_of(q.mx_rule) : ref::name_of(q.apply),
+                     ref::name_of(q.nan), q.amax ? ", amax out" : "", q.y ? ", y out" : "");
+  }
   if (!family.empty()) s += ", x " + family;
   return s;
 }

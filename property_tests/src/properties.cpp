@@ -14,6 +14,7 @@
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/conformance/candidate.hpp"
 #include "normcheck/judge/tolerance.hpp"
+#include "normcheck/judge/checker_quant.hpp"
 #include "normcheck/judge/declared.hpp"
 #include "normcheck/properties/properties.hpp"
 #include "normcheck/reference/evaluate.hpp"
@@ -38,6 +39,8 @@ fix::FixtureCase reference_case(const ref::Case& c, const std::string& id) {
 
 conf::CaseResult agreement_of(const Context& ctx, const ref::Case& c, const conf::Outputs& got) {
   const auto fc = reference_case(c, "prop");
+  // Codes and scales (TOLERANCE.md, section 10), as `normcheck run` judges them.
+  if (c.quant) return conf::check_quant_case(fc, got, conf::check_options_of(ctx.cand.info().caps));
   const auto judged = conf::judged_outputs(fc, ctx.cand.info().caps);
   return conf::check_declared(judged ? *judged : fc, got, conf::derive_allowances(c, ctx.reduction), ctx.reduction,
                               conf::check_options_of(ctx.cand.info().caps));
@@ -132,8 +135,15 @@ using namespace detail;
 // ---------------------------------------------------------------------------------------------
 // Agreement with the certified reference under the tolerance model.
 
+// Quantized cases too (CaseLimits::quant): codes, scales and amax judged as `run` judges them.
+CaseLimits with_quant(const CaseLimits& l) {
+  CaseLimits q = l;
+  q.quant = true;
+  return q;
+}
+
 void agreement(Context& ctx) {
-  const auto d = draw_case(ctx.cand.info().caps, ctx.limits);
+  const auto d = draw_case(ctx.cand.info().caps, with_quant(ctx.limits));
   const conf::Outputs got = run_candidate(ctx, d.c, d.family);
   const auto res = agreement_of(ctx, d.c, got);
   if (conf::is_failure(res.verdict)) fail(ctx, d.c, d.family, conf::describe(res), res, false);
@@ -235,7 +245,7 @@ struct SentinelScope {
 };
 
 void determinism(Context& ctx) {
-  const auto d = draw_case(ctx.cand.info().caps, ctx.limits);
+  const auto d = draw_case(ctx.cand.info().caps, with_quant(ctx.limits));
   const conf::Outputs first = run_candidate(ctx, d.c, d.family);
   conf::Outputs second;
   bool patterned = false;

@@ -66,6 +66,7 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
   std::optional<Failure> last;
   CaseLimits lim;
   lim.max_hidden = opt.max_hidden;
+  lim.quant_required = opt.quant_only;
   Context ctx{cand, lim, &last, &r.flushed_tests, &r.flushed_elements,
               opt.reduction.value_or(cand.info().caps.reduction)};
   rc::detail::TestParams params;
@@ -106,12 +107,14 @@ PropertyResult run_property(const Property& p, conf::Candidate& cand, const Opti
     if (barren) throw *barren;
     // A replay (--reproduce) runs the case again along its shrink path; the counts are those of
     // the last run, the replayed case.
-    if (!opt.reproduce.empty()) r.flushed_tests = r.flushed_elements = 0;
+    if (!opt.reproduce.empty()) r.flushed_tests = r.flushed_elements = r.quant_tests = 0;
     drawn_cases().clear();
+    drawn_quant_cases() = 0;
     const auto t_test = std::chrono::steady_clock::now();
     try {
       p.test(ctx);
       ++passed;
+      if (drawn_quant_cases() > 0 && !last) ++r.quant_tests;  // not the shrink's passing steps
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_test).count();
       if (took > r.slowest_seconds) {
         r.slowest_seconds = took;

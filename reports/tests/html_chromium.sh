@@ -50,13 +50,18 @@ check "run --junit: the mutant's failing cases are in its suite" \
   test "$(xmllint --xpath 'count(//testsuite[@name="builtin:mut_one_pass_variance (mutant)"]/testcase[system-out])' "$work/run.xml")" -ge 1
 page run "$work/run" 10
 
-# The report flags of `check`: an outputs file holding the correctly rounded values passes.
+# The report flags of `check`: an outputs file holding the correctly rounded values passes. The
+# smoke tier's quantized cases store codes with their format (and NVFP4's packing) in attributes,
+# which an outputs file carries the same way (fixtures/SCHEMA.md, "Outputs files").
 /usr/bin/python3 - "$smoke" "$work/outputs.h5" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1]) as fx, h5py.File(sys.argv[2], "w") as out:
     for cid, case in fx["cases"].items():
         for name, ds in case["expected"].items():
-            out.create_dataset(f"cases/{cid}/outputs/{name}", data=ds[...])
+            o = out.create_dataset(f"cases/{cid}/outputs/{name}", data=ds[...])
+            for k in ("dtype", "packing"):
+                if ds.dtype.kind in "iu" and k in ds.attrs:  # codes (uint8/int8), not floats
+                    o.attrs[k] = ds.attrs[k]
 PY
 "$nc" check --fixtures "$smoke" --outputs "$work/outputs.h5" --junit "$work/check/junit.xml" \
   --markdown "$work/check/summary.md" >"$work/check.out" 2>&1

@@ -91,21 +91,28 @@ expect no-overwrite 2 "exists; pass --force" -- run --candidate builtin:cpu_welf
 expect json-many 2 "--json takes one candidate" -- run --builtins correct --fixtures "$fx" --json "$tmp/x.json"
 expect builtins-value 2 "--builtins takes" -- run --builtins some --fixtures "$fx"
 
-# check: outputs files written by another program (h5py here).
+# check: outputs files written by another program (h5py here). Quantized codes (the smoke tier's
+# q_* cases) keep their `dtype` and NVFP4's `packing` attribute, as an outputs file carries them
+# (fixtures/SCHEMA.md, "Outputs files").
 "$python" - "$fx" "$tmp" <<'PY' || bad "writing outputs files"
 import h5py, sys
 fx, tmp = sys.argv[1], sys.argv[2]
+def put(h, path, ds, data):
+    d = h.create_dataset(path, data=data)
+    for k in ("dtype", "packing"):
+        if ds.dtype.kind in "iu" and k in ds.attrs:  # codes (uint8/int8), not floats
+            d.attrs[k] = ds.attrs[k]
 with h5py.File(fx) as f:
     ids = sorted(f["cases"])
     with h5py.File(tmp + "/perfect.h5", "w") as o, h5py.File(tmp + "/partial.h5", "w") as p, \
          h5py.File(tmp + "/shape.h5", "w") as s, h5py.File(tmp + "/alien.h5", "w") as a:
         for i, cid in enumerate(ids):
             for name, ds in f["cases"][cid]["expected"].items():
-                o.create_dataset(f"cases/{cid}/outputs/{name}", data=ds[...])
+                put(o, f"cases/{cid}/outputs/{name}", ds, ds[...])
                 if i % 2 == 0:
-                    p.create_dataset(f"cases/{cid}/outputs/{name}", data=ds[...])
+                    put(p, f"cases/{cid}/outputs/{name}", ds, ds[...])
                 data = ds[...]
-                s.create_dataset(f"cases/{cid}/outputs/{name}", data=data.reshape(-1) if i == 0 else data)
+                put(s, f"cases/{cid}/outputs/{name}", ds, data.reshape(-1) if i == 0 else data)
         a.create_dataset("cases/not_a_case/outputs/y", data=[1.0])
 PY
 expect check-perfect 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --json "$tmp/c.json"
@@ -140,6 +147,12 @@ with h5py.File(fx) as f:
     files = {k: h5py.File(f"{tmp}/{k}.h5", "w") for k in ("wide", "unrounded", "declared", "marked")}
     for cid in ids:
         for name, ds in f["cases"][cid]["expected"].items():
+            if ds.dtype.kind in "iu":  # quantized codes (uint8/int8): not a float output, written as they are
+                for h in files.values():
+                    h.create_dataset(f"cases/{cid}/outputs/{name}", data=ds[...]).attrs["dtype"] = ds.attrs["dtype"]
+                    if "packing" in ds.attrs:
+                        h[f"cases/{cid}/outputs/{name}"].attrs["packing"] = ds.attrs["packing"]
+                continue
             v = exact = ds[...].astype(np.float64)
             files["wide"].create_dataset(f"cases/{cid}/outputs/{name}", data=v)
             if cid == bf[0] and name == "y":  # halfway towards the exact value: closer to it

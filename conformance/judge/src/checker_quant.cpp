@@ -470,6 +470,13 @@ void QuantJudge::judge_code(Out& o, std::size_t i, const Scaler& sc, bool own) {
   const double gv = g_int ? ref::decode(elem_, static_cast<int>(g)) : kNaN;
   const bool g_nan = g_int && ref::is_nan_code(elem_, static_cast<int>(g));
   const bool e_nan = ref::is_nan_code(elem_, static_cast<int>(e));
+  // The norm's allowance is MISTRUSTED here (a correct kernel's y is not bounded: a float16
+  // accumulator that may overflow, TOLERANCE.md): its code is not judged, NaN codes included, as
+  // check_case leaves such an element of y uncompared whatever the candidate gives.
+  if (std::isnan(yal.abs[i]) && !e_nan) {
+    ++o.r.mistrusted;
+    return;
+  }
   if (e_nan || g_nan) {  // NaN: any NaN code of the format, where y is NaN or may be (nan_ok)
     ++o.r.elements;
     if (g_nan && (e_nan || yal.nan_ok[i])) return o.see(k, 0, g, e, kNaN, 0);

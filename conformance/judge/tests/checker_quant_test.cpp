@@ -11,6 +11,7 @@
 #include <random>
 
 #include "normcheck/judge/checker_quant.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "normcheck/reference/evaluate.hpp"
 #include "test_cases.hpp"
 
@@ -211,6 +212,42 @@ TEST(CheckerQuant, AnyScaleValueGetsAVerdict) {
     EXPECT_NO_THROW(r = check_quant_case(fc, got)) << s;
     EXPECT_EQ(output(r, "scale").verdict, Verdict::failed) << s;  // row 1 is certified
   }
+}
+
+// Found by `normcheck prop` (agreement, cpu_welford, seed 1): RMSNorm of rows of ~1000 with a
+// float16 compute dtype. x^2 overflows float16, so the tolerance model MISTRUSTS y (a correct
+// kernel's accumulator may overflow, and Welford's then gives NaN); the code of such an element
+// is MISTRUSTED too, whatever the kernel gives, a NaN code included, as check_case leaves that
+// element of y uncompared. Where y is exactly NaN, a NaN code is still required.
+TEST(CheckerQuant, ACodeWhoseValueIsMistrustedIsNotJudgedEvenIfNaN) {
+  ref::Case c;
+  c.op = ref::Op::rmsnorm;
+  c.affine = ref::Affine::none;
+  c.epsilon = 0x1.4f8b588e368f1p-17;
+  c.dtype_x = c.dtype_param = c.dtype_out = c.dtype_residual = DType::float32;
+  c.dtype_compute = DType::float16;
+  c.inputs["x"] = ref::Tensor{DType::float32, {1, 2, 2}, {0x1.f1afbp+9, 0x1.f48b9ep+9, 0x1.e95d6p+9, 0x1.f1be9cp+9}};
+  c.quant = ref::QuantContract{};  // E4M3FN, static per-tensor scale, y rounded to dtype_out
+  c.inputs["scale"] = ref::Tensor{DType::float32, {1}, {1.0}};
+  ASSERT_TRUE(std::isnan(derive_allowances(ref::quant_norm_case(c)).at("y").abs[0])) << "the premise: y MISTRUSTED";
+  const auto fc = fixture_of(c);
+  ASSERT_EQ(fc.expected.at("q").value.data[0], 0x38);  // y ~ 1: code 1.0
+  Outputs got = perfect(fc);
+  for (auto& v : got["q"].data) v = 0x7F;  // NaN codes (Welford's inf - inf)
+  const auto r = check_quant_case(fc, got);
+  EXPECT_EQ(output(r, "q").verdict, Verdict::mistrusted) << output(r, "q").reason;
+  EXPECT_EQ(output(r, "q").failed, 0);
+  EXPECT_EQ(output(r, "q").mistrusted, 4);
+  EXPECT_NE(r.verdict, Verdict::failed);
+
+  // A NaN in x: that row's y is exactly NaN, and a finite code there fails (fminf(NaN, 448)).
+  c.dtype_compute = DType::float32;
+  c.inputs["x"].data = {1.0, std::numeric_limits<double>::quiet_NaN(), 2.0, 3.0};
+  const auto fn = fixture_of(c);
+  Outputs nan_got = perfect(fn);
+  ASSERT_EQ(nan_got["q"].data[0], 0x7F);
+  nan_got["q"].data[0] = 0x7E;  // +448
+  EXPECT_EQ(check_quant_case(fn, nan_got).verdict, Verdict::failed);
 }
 
 TEST(CheckerQuant, MissingAndMalformedOutputs) {

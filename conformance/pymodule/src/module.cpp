@@ -232,6 +232,10 @@ py::dict attributes_of(const ref::Case& c) {
   d["dtype_out"] = std::string(ref::name_of(c.dtype_out));
   d["dtype_compute"] = std::string(ref::name_of(c.dtype_compute));
   d["dtype_residual"] = std::string(ref::name_of(c.dtype_residual));
+  // Fused quantization (outputs q, scale): the preset, else the code format; None when the case
+  // is not quantized. The pytest plugin leaves quantized cases out unless a marker names `quant`.
+  if (c.quant) d["quant"] = c.quant->preset.empty() ? std::string(ref::name_of(c.quant->format)) : c.quant->preset;
+  else d["quant"] = py::none();
   const auto x = c.inputs.find("x");
   d["shape"] = x == c.inputs.end() ? std::vector<std::int64_t>{} : x->second.shape;
   return d;

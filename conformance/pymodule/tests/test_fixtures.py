@@ -62,6 +62,28 @@ def test_pytest_plugin_over_a_tier(tmp_path):
     assert "test_expected[rms_f32_normal] PASSED" in p.stdout, p.stdout
 
 
+def test_pytest_plugin_leaves_quantized_cases_out_unless_asked(tmp_path):
+    # The smoke tier holds quantized cases (outputs q, scale): a test of y never gets them; a
+    # marker that names `quant` does.
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["normcheck.pytest_plugin"]\n')
+    (tmp_path / "test_q.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.normcheck(op='rmsnorm', direction='forward')\n"
+        "def test_y(normcheck_case):\n"
+        "    assert normcheck_case.attributes['quant'] is None\n"
+        "@pytest.mark.normcheck(quant='vllm_static_fp8')\n"
+        "def test_q(normcheck_case):\n"
+        "    assert 'q' in normcheck_case.dtypes\n")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v",
+                        "--normcheck-tier", "smoke", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "test_y[rms_f32_normal] PASSED" in p.stdout, p.stdout
+    assert "test_y[q_" not in p.stdout, p.stdout
+    assert "test_q[q_vllm_static_fp8_bfloat16_normal] PASSED" in p.stdout, p.stdout
+    assert "test_q[q_vllm_static_fp8_bf16_nan_row] PASSED" in p.stdout, p.stdout
+
+
 def test_generate_writes_the_cli_bytes(tmp_path):
     import shutil
     import pytest

@@ -36,6 +36,12 @@ struct CaseLimits {
   bool contracts = true;                  // contracts other than exact
   bool mixed_dtypes = true;               // dtype_param / out / residual other than dtype_x
   bool unit_affine = false;               // weight exactly 1 - offset, no bias (identities)
+  // Fused norm + quantization (a `quant` contract: reference/README.md "Quantized outputs"), where
+  // the candidate declares it (Capabilities::quant): a preset, or format, scale kind and every
+  // contract field drawn; forward, last dim, no block. Off by default: only the properties whose
+  // relation holds for codes and scales turn it on (agreement, determinism).
+  bool quant = false;
+  bool quant_required = false;            // only quantized cases (`prop --quant-only`)
   bool residual_required = false;         // only fused residual cases
   std::vector<ref::Affine> affines;       // empty: none, weight, weight_bias
   std::vector<ref::Op> ops;               // empty: what the candidate declares
@@ -80,5 +86,8 @@ std::string case_summary(const ref::Case& c, const std::string& family = "");
 // The cases draw_case has drawn on this thread since the last clear, as case_summary lines
 // joined by "; " (the runner clears it before each test and keeps it for the slowest test).
 std::string& drawn_cases();
+// How many of those cases carry a quant contract (cleared with drawn_cases by the runner, which
+// counts the tests that passed with one: PropertyResult::quant_tests).
+int& drawn_quant_cases();
 
 }  // namespace normcheck::prop

@@ -86,6 +86,9 @@ struct Options {
   std::int64_t max_hidden = 8192; // largest normalized row drawn
   std::string reproduce;          // a `reproduce` string from an earlier failure: replay it only
   bool shrink = true;
+  // `--quant-only`: every drawn case carries a quant contract (the properties that draw them:
+  // agreement, determinism; the others discard every draw and give up as UNSUPPORTED).
+  bool quant_only = false;
   // `--reduction CLASS`: judge the candidate under this class instead of its declaration.
   std::optional<conf::Reduction> reduction;
   // Called after each test case (for a progress display): tests so far, shrinks so far.
@@ -106,6 +109,9 @@ struct PropertyResult {
   // Tests (and elements) that passed only because the candidate declares flush-to-zero outputs
   // (conf::CheckOptions): counted by `agreement`, which compares with the reference.
   std::int64_t flushed_tests = 0, flushed_elements = 0;
+  // Tests that passed on a case with a quant contract (fused quantization: the generators draw
+  // them for agreement and determinism where the candidate declares them).
+  std::int64_t quant_tests = 0;
   // The slowest test that passed: its seconds (candidate, reference and judge together) and the
   // case(s) it drew (drawn_cases()); 0 and "" when none passed.
   double slowest_seconds = 0;
