@@ -430,6 +430,18 @@ void QuantJudge::judge() {
     if (q_.scale != ScaleKind::static_tensor) sc = judge_scale(k, am, cert, s_enc, s_enc_own);
     const bool own = sc.valid && (s_enc_own || !cert.valid || sc.m != cert.m || sc.s != cert.s);
     if (own && judged("scale")) ++outs_.at("scale").r.own_scale;
+    // An NVFP4 block scale of 0 that passed (the block's amax may be 0 within the allowance) has
+    // no multiplier: its codes are the kernel's, as under a certified underflowed scale
+    // (TOLERANCE.md 10.3).
+    if (q_.scale == ScaleKind::nvfp4_block && !sc.valid && cert.valid && judged("scale") &&
+        outs_.at("scale").got->data[static_cast<std::size_t>(k)] == 0) {
+      Out& o = outs_.at("q");
+      for (std::int64_t i = k * gs; i < (k + 1) * gs; ++i) {
+        ++o.r.elements;
+        ++o.r.uncertified;
+      }
+      continue;
+    }
     judge_codes(k * gs, gs, sc, own);
   }
   if (amax) {
@@ -503,7 +515,13 @@ void QuantJudge::judge_code(Out& o, std::size_t i, const Scaler& sc, bool own) {
   // y infinite: u(y) saturates (or is NaN under a zero multiplier): that code only.
   const int clo = ref::encode(elem_, sc.u(p.trusted ? p.lo : y_[i]));
   const int chi = ref::encode(elem_, sc.u(p.trusted ? p.hi : y_[i]));
-  const double vlo = ref::decode(elem_, clo), vhi = ref::decode(elem_, chi);
+  double vlo = ref::decode(elem_, clo);
+  const double vhi = ref::decode(elem_, chi);
+  // int8: the reference saturates at -127 (the symmetric range of the contract), a kernel that
+  // converts with cvt.rni.sat.s8 at -128; where a value p within the allowance gives u <= -127.5,
+  // -128 is a correct kernel's code too (for y itself there the fixture leaves the code
+  // uncertified: SCHEMA.md).
+  if (elem_ == Elem::int8 && sc.u(p.trusted ? p.lo : y_[i]) <= -127.5) vlo = -128;
   const double ref_code = own ? ref::encode(elem_, sc.u(ref::round_to(y_[i], t_))) : e;
   // The boundary between the candidate's value and the reference's that lies nearest the exact value.
   const double rv = ref::decode(elem_, static_cast<int>(ref_code));

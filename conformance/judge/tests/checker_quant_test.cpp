@@ -250,6 +250,42 @@ TEST(CheckerQuant, ACodeWhoseValueIsMistrustedIsNotJudgedEvenIfNaN) {
   EXPECT_EQ(check_quant_case(fn, nan_got).verdict, Verdict::failed);
 }
 
+// int8: the reference saturates at -127, a kernel converting with cvt.rni.sat.s8 (vLLM's
+// float_to_int8_rn) at -128. Where a value p within y's allowance gives u <= -127.5, -128 is a
+// correct kernel's code (property_tests/findings/quant_int8_static_saturates_at_minus_128.h5);
+// where none does, -128 still fails.
+TEST(CheckerQuant, Int8MinusOneTwentyEightWhereTheAllowanceReachesIt) {
+  ref::Case c;
+  c.op = ref::Op::rmsnorm;
+  c.affine = ref::Affine::weight;
+  c.epsilon = 0;  // RMSNorm of +-1: rstd 1, y = x * w exactly
+  c.dtype_x = c.dtype_out = c.dtype_residual = DType::bfloat16;
+  c.dtype_param = DType::float32;
+  c.dtype_compute = DType::float32;
+  // y = -(127.5 - 2^-16), one float32 ulp above -127.5, within a float32 kernel's allowance of it;
+  // y = -127: far from it.
+  c.inputs["x"] = ref::Tensor{DType::bfloat16, {1, 4}, {-1, -1, 1, 1}};
+  c.inputs["weight"] = ref::Tensor{DType::float32, {4}, {127.5 - 0x1p-16, 127, 3, 5}};
+  ref::QuantContract q;
+  q.format = ref::QFormat::int8;
+  q.scale = ref::ScaleKind::static_tensor;
+  q.value = ref::QuantValue::float32;  // p in float32: its allowance is a few float32 ulps
+  c.quant = q;
+  c.inputs["scale"] = ref::Tensor{DType::float32, {1}, {1.0}};
+  const auto fc = fixture_of(c);
+  ASSERT_EQ(fc.expected.at("q").value.data[0], -127);
+  ASSERT_EQ(fc.expected.at("q").value.data[1], -127);
+  ASSERT_TRUE(fc.expected.at("q").certified[0]);
+  Outputs got = perfect(fc);
+  got["q"].data[0] = -128;
+  const auto r = check_quant_case(fc, got);
+  EXPECT_EQ(r.verdict, Verdict::passed) << output(r, "q").reason;
+  EXPECT_EQ(output(r, "q").flips_accepted, 1);
+  got = perfect(fc);
+  got["q"].data[1] = -128;  // y = -127 exactly: no value within the allowance reaches -127.5
+  EXPECT_EQ(output(check_quant_case(fc, got), "q").verdict, Verdict::failed);
+}
+
 TEST(CheckerQuant, MissingAndMalformedOutputs) {
   const auto fc = fixture_of(quant_case("vllm_dynamic_int8", 2, 64, DType::bfloat16, 9));
   Outputs got = perfect(fc);
