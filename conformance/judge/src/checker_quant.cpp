@@ -274,6 +274,19 @@ class QuantJudge {
     return a;
   }
 
+  // Whether row r's input (x, and the residual where the case adds one) holds a NaN.
+  bool nan_input_row(std::int64_t r) const {
+    for (const char* name : {"x", "residual"}) {
+      const auto it = fc_.c.inputs.find(name);
+      if (it == fc_.c.inputs.end() || static_cast<std::size_t>(r) >= g_.row_base.size()) continue;
+      for (const std::int64_t d : g_.col_delta) {
+        const auto off = static_cast<std::size_t>(g_.row_base[static_cast<std::size_t>(r)] + d);
+        if (off < it->second.data.size() && std::isnan(it->second.data[off])) return true;
+      }
+    }
+    return false;
+  }
+
   void judge();
   Scaler judge_scale(std::int64_t k, const AmaxRange& am, const Scaler& cert, double s_enc_got, bool s_enc_own);
   void judge_codes(std::int64_t first, std::int64_t n, const Scaler& sc, bool own);
@@ -485,7 +498,10 @@ void QuantJudge::judge_code(Out& o, std::size_t i, const Scaler& sc, bool own) {
   // The norm's allowance is MISTRUSTED here (a correct kernel's y is not bounded: a float16
   // accumulator that may overflow, TOLERANCE.md): its code is not judged, NaN codes included, as
   // check_case leaves such an element of y uncompared whatever the candidate gives.
-  if (std::isnan(yal.abs[i]) && !e_nan) {
+  // Only a NaN the input makes certain (a NaN in the row's x or residual: every kernel's y is NaN
+  // there) is still required where the allowance is MISTRUSTED; a NaN of the exact arithmetic (0/0
+  // of a constant row with eps 0) is not, since a kernel's rounding errors may give a number there.
+  if (std::isnan(yal.abs[i]) && !(e_nan && nan_input_row(static_cast<std::int64_t>(i) / g_.cols))) {
     ++o.r.mistrusted;
     return;
   }

@@ -250,6 +250,29 @@ TEST(CheckerQuant, ACodeWhoseValueIsMistrustedIsNotJudgedEvenIfNaN) {
   EXPECT_EQ(check_quant_case(fn, nan_got).verdict, Verdict::failed);
 }
 
+// A NaN of the exact arithmetic, not of the input: LayerNorm of constant rows with eps 0 is 0/0,
+// but with bfloat16 compute the tolerance model MISTRUSTS y (a kernel's sums of 512 ones in
+// bfloat16 stop at 256, so its variance is not 0 and its y a number), so its codes are not judged
+// either (property_tests/findings/quant_constant_rows_eps0_bf16_compute.h5).
+TEST(CheckerQuant, AnExactNaNOfAMistrustedValueIsNotJudged) {
+  ref::Case c;
+  c.op = ref::Op::layernorm;
+  c.affine = ref::Affine::none;
+  c.epsilon = 0;
+  c.dtype_x = c.dtype_param = c.dtype_out = c.dtype_residual = DType::float32;
+  c.dtype_compute = DType::bfloat16;
+  c.inputs["x"] = ref::Tensor{DType::float32, {2, 512}, std::vector<double>(1024, 1.0)};
+  c.quant = ref::quant_preset("te_mxfp8");
+  ASSERT_TRUE(std::isnan(derive_allowances(ref::quant_norm_case(c)).at("y").abs[0])) << "the premise: y MISTRUSTED";
+  const auto fc = fixture_of(c);
+  ASSERT_EQ(fc.expected.at("q").value.data[0], 0x7F);  // y = 0/0: the NaN code
+  Outputs got = perfect(fc);
+  for (auto& v : got["q"].data) v = 0x74;  // a number, as a bfloat16-compute kernel gives
+  const auto r = check_quant_case(fc, got);
+  EXPECT_EQ(output(r, "q").verdict, Verdict::mistrusted) << output(r, "q").reason;
+  EXPECT_EQ(output(r, "q").failed, 0);
+}
+
 // int8: the reference saturates at -127, a kernel converting with cvt.rni.sat.s8 (vLLM's
 // float_to_int8_rn) at -128. Where a value p within y's allowance gives u <= -127.5, -128 is a
 // correct kernel's code (property_tests/findings/quant_int8_static_saturates_at_minus_128.h5);
