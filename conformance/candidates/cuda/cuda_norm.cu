@@ -192,14 +192,7 @@ std::string run_problem(Device* d, const Problem& p) {
     output("quant_scale", p.quant.scale, rows, &qa.scale, &unused_dt);
     output("row_amax", p.quant.row_amax, rows, &qa.row_amax, &unused_dt);
     if (!failure.empty()) return failure;
-    qa.format = p.quant.format;
-    qa.dynamic = p.quant.dynamic ? 1 : 0;
-    qa.apply = p.quant.apply;
-    qa.value_dt = p.quant.value_dt;
-    qa.nan_code = p.quant.nan_code ? 1 : 0;
-    qa.static_scale = p.quant.static_scale;
-    qa.scale_ub = p.quant.scale_ub;
-    qa.min_scale = p.quant.min_scale;
+    device::set_contract(qa, p.quant);
     if (rows > 0) {
       device::rms_norm_quant<<<static_cast<unsigned>(rows), device::row_threads(p.cols), 0, d->stream>>>(a, qa);
       if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return error_text("quant kernel launch", e);

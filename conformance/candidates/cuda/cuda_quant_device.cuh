@@ -27,6 +27,20 @@ struct QuantArgs {
   float static_scale, scale_ub, min_scale;
 };
 
+// The contract's scalars from a plan's quantization (cuda_norm.hpp NormPlan::Quant): the same
+// for the device launch and for the CPU emulation of the tests.
+template <class Quant>
+inline void set_contract(QuantArgs& qa, const Quant& p) {
+  qa.format = p.format;
+  qa.dynamic = p.dynamic ? 1 : 0;
+  qa.apply = p.apply;
+  qa.value_dt = p.value_dt;
+  qa.nan_code = p.nan_code ? 1 : 0;
+  qa.static_scale = p.static_scale;
+  qa.scale_ub = p.scale_ub;
+  qa.min_scale = p.min_scale;
+}
+
 // max over the block, as block_sum (fmaxf drops NaN: vLLM's and FlashInfer's amax).
 __device__ inline float block_max(float v, float* sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;

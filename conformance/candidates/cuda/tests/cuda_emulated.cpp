@@ -81,14 +81,7 @@ std::string run_problem(Device*, const Problem& p) {
     qa.q = p.quant.q.data;
     qa.scale = p.quant.scale.data;
     qa.row_amax = p.quant.row_amax.data;
-    qa.format = p.quant.format;
-    qa.dynamic = p.quant.dynamic ? 1 : 0;
-    qa.apply = p.quant.apply;
-    qa.value_dt = p.quant.value_dt;
-    qa.nan_code = p.quant.nan_code ? 1 : 0;
-    qa.static_scale = p.quant.static_scale;
-    qa.scale_ub = p.quant.scale_ub;
-    qa.min_scale = p.quant.min_scale;
+    device::set_contract(qa, p.quant);
     emu::launch(static_cast<unsigned>(p.rows), static_cast<unsigned>(device::row_threads(p.cols)),
                 [&a, &qa] { device::rms_norm_quant(a, qa); });
     return {};
