@@ -117,8 +117,12 @@ std::map<std::string, OutputAllowance> Model::derive() {
           continue;
         }
         double xh = m.xhat[j], e_xh = m.e_xhat[j];
+        // Our value against the reference's after the contract's rounding points (point_slack):
+        // 0 where ours rounds as the exact one does, else a neighbour's distance.
+        double p_slack = 0;
         if (pts_.xhat) {
           e_xh = through_rounding(xh, e_xh, m.slack_xhat(j), *pts_.xhat);
+          p_slack = point_slack(xh, m.slack_xhat(j), *pts_.xhat);
           xh = ref::round_to(xh, *pts_.xhat);
         }
         double mul = xh, e_mul = e_xh;
@@ -126,15 +130,18 @@ std::map<std::string, OutputAllowance> Model::derive() {
           mul = xh * scale_fwd[j];
           e_mul = std::fabs(scale_fwd[j]) * e_xh + std::fabs(xh) * e_scale_fwd[j] + e_xh * e_scale_fwd[j] +
                   cp_.u * std::fabs(mul);
+          p_slack *= std::fabs(scale_fwd[j]);
         }
         if (pts_.mul) {
-          e_mul = through_rounding(
-              mul, e_mul, m.slack_xhat(j) * std::fabs(scale_fwd[j]) + slack_of(std::fabs(mul), 1), *pts_.mul);
+          const double s_mul = m.slack_xhat(j) * std::fabs(scale_fwd[j]) + slack_of(std::fabs(mul), 1);
+          e_mul = through_rounding(mul, e_mul, s_mul, *pts_.mul);
+          p_slack = point_slack(mul, s_mul + p_slack, *pts_.mul);
           mul = ref::round_to(mul, *pts_.mul);
         }
         const double yv = mul + bias[j];
         const double e_y = e_mul + e_bias[j] + (b_ ? cp_.u * std::fabs(yv) + cp_.eta : 0.0);
-        y.abs[k] = final_out(yv, e_y, m.slack_xhat(j) * std::fabs(scale_fwd[j]) + slack_of(std::fabs(yv), 3), c_.dtype_out);
+        y.abs[k] = final_out(yv, e_y, m.slack_xhat(j) * std::fabs(scale_fwd[j]) + slack_of(std::fabs(yv), 3) + p_slack,
+                             c_.dtype_out);
       }
       if (!m.finite) {
         if (ln) out.at("mean").nan_ok[row] = 1;

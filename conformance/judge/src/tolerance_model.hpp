@@ -61,6 +61,17 @@ inline double through_rounding(double v, double e, double slack, DType t) {
   return e + ulp_of(std::fabs(v) + e, t);
 }
 
+// Our binary64 value of a quantity against the reference's after a contract rounding point to t
+// (section 9.4 compares the two): where our value lies within `slack` of a rounding boundary of
+// t, the two may round to neighbours, `slack` plus one ulp of t apart; elsewhere they round alike.
+inline double point_slack(double v, double slack, DType t) {
+  const double r = ref::round_to(v, t);
+  if (!std::isfinite(r) || !std::isfinite(v)) return slack;
+  const auto gap = ref::rounding_gap(r, t);
+  const double dist = std::min(v - (r - gap.below), (r + gap.above) - v);
+  return dist > slack ? 0.0 : slack + ulp_of(std::fabs(v) + slack, t);
+}
+
 // Relative error of the binary64 evaluation of a row quantity after k operations: 2^-50 per
 // operation is four times the unit roundoff of binary64, a margin for the slack above.
 inline double slack_of(double magnitude, double k) { return std::ldexp(k + 4, -50) * magnitude; }
