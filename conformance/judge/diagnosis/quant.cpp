@@ -358,6 +358,14 @@ bool same_value(Elem e, bool code, double a, double b) {
   return std::isfinite(a) && std::isfinite(b) && std::fabs(a - b) <= kFloatMatch * std::fabs(b);
 }
 
+struct Count {
+  std::int64_t wrong = 0, compared = 0, far = 0, picks = 0;  // picks: neighbour codes (stochastic)
+  // Rows whose neighbour picks go both ways, in value and in magnitude: no error of the norm that
+  // is coherent over a row (a wrong rstd scales it, a wrong mean shifts it) gives those.
+  std::int64_t mixed_rows = 0;
+  std::string first;  // the first element wrong: "q[3]: got 0x5C, predicted 0x5B"
+};
+
 // One output as the scoring sees it.
 struct Scored {
   std::string name;
@@ -366,15 +374,9 @@ struct Scored {
   bool code = false;         // compared as codes (q, block scales)
   Elem elem = Elem::e4m3fn;  // the code format
   double allowed = 0;        // the elements a correct kernel may change (see the file's comment)
+  Count spec;                // the spec's own runs against it
 };
 
-struct Count {
-  std::int64_t wrong = 0, compared = 0, far = 0, picks = 0;  // picks: neighbour codes (stochastic)
-  // Rows whose neighbour picks go both ways, in value and in magnitude: no error of the norm that
-  // is coherent over a row (a wrong rstd scales it, a wrong mean shifts it) gives those.
-  std::int64_t mixed_rows = 0;
-  std::string first;  // the first element wrong: "q[3]: got 0x5C, predicted 0x5B"
-};
 
 std::string value_text(const Scored& s, double v) {
   if (s.code) return s.elem == Elem::int8 ? fmt::format("{}", v) : fmt::format("0x{:02X}", static_cast<int>(v));
@@ -479,7 +481,10 @@ std::vector<Diagnosis> diagnose_quant(const fix::FixtureCase& fc, const Outputs&
       const auto e = fc.expected.find(name);
       const auto gt = got.find(name);
       if (e == fc.expected.end() || gt == got.end() || gt->second.data.size() != pred.size()) continue;
-      Scored s{name, &gt->second, &e->second};
+      Scored s;
+      s.name = name;
+      s.got = &gt->second;
+      s.exp = &e->second;
       s.code = name == "q" || (name == "scale" && (q.scale == ScaleKind::mx_block || q.scale == ScaleKind::nvfp4_block));
       s.elem = name == "q" ? elem : q.scale == ScaleKind::mx_block ? Elem::e8m0 : Elem::e4m3fn;
       const OutputResult* o = nullptr;
@@ -488,14 +493,15 @@ std::vector<Diagnosis> diagnose_quant(const fix::FixtureCase& fc, const Outputs&
       if (!o) continue;
       // A FAILED output: only the judge's accepted flips (a scale within its allowance is covered
       // by the runs at the allowance's ends; the codes judged under it are not noise).
-      s.allowed = static_cast<double>(o->verdict == Verdict::passed ? count(s, spec, false).wrong : o->flips_accepted);
+      s.spec = count(s, spec, false);
+      s.allowed = static_cast<double>(o->verdict == Verdict::passed ? s.spec.wrong : o->flips_accepted);
       outs.push_back(s);
     }
     if (outs.empty()) return result;
     std::int64_t spec_wrong = 0;
     double spec_score = 0;
     for (const auto& s : outs) {
-      const Count k = count(s, spec, false);
+      const Count& k = s.spec;
       spec_wrong += k.wrong;
       spec_score = std::max(spec_score, k.wrong == 0 ? 0.0 : (s.allowed > 0 ? static_cast<double>(k.wrong) / s.allowed : INFINITY));
     }

@@ -274,17 +274,24 @@ class QuantJudge {
     return a;
   }
 
-  // Whether row r's input (x, and the residual where the case adds one) holds a NaN.
-  bool nan_input_row(std::int64_t r) const {
-    for (const char* name : {"x", "residual"}) {
-      const auto it = fc_.c.inputs.find(name);
-      if (it == fc_.c.inputs.end() || static_cast<std::size_t>(r) >= g_.row_base.size()) continue;
-      for (const std::int64_t d : g_.col_delta) {
-        const auto off = static_cast<std::size_t>(g_.row_base[static_cast<std::size_t>(r)] + d);
-        if (off < it->second.data.size() && std::isnan(it->second.data[off])) return true;
+  // Whether row r's input (x, and the residual where the case adds one) holds a NaN: scanned once
+  // per row on first use (it is asked per element, only where y's allowance is MISTRUSTED).
+  bool nan_input_row(std::int64_t r) {
+    const auto k = static_cast<std::size_t>(r);
+    if (k >= g_.row_base.size()) return false;
+    if (nan_rows_.empty()) nan_rows_.assign(g_.row_base.size(), -1);
+    if (nan_rows_[k] < 0) {
+      nan_rows_[k] = 0;
+      for (const char* name : {"x", "residual"}) {
+        const auto it = fc_.c.inputs.find(name);
+        if (it == fc_.c.inputs.end()) continue;
+        for (const std::int64_t d : g_.col_delta) {
+          const auto off = static_cast<std::size_t>(g_.row_base[k] + d);
+          if (off < it->second.data.size() && std::isnan(it->second.data[off])) nan_rows_[k] = 1;
+        }
       }
     }
-    return false;
+    return nan_rows_[k] == 1;
   }
 
   void judge();
@@ -306,6 +313,7 @@ class QuantJudge {
   std::map<std::string, OutputAllowance> allow_;
   const OutputAllowance* yal_ = nullptr;  // allow_.at("y"), looked up once (read per element)
   const ref::Output* q_exp_ = nullptr;    // the expected q (set by recover_y)
+  std::vector<std::int8_t> nan_rows_;     // nan_input_row's answers: -1 not yet asked
   std::map<std::string, Out> outs_;
   std::vector<double> y_;
 };
