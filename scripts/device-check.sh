@@ -79,38 +79,33 @@ passed() {
 
 status=0
 verdicts=()
-echo
-echo "=== $cuda_spec"
-t0=$SECONDS
-if timeout 300 "$normcheck" run --candidate "$cuda_spec" --fixtures "$out/ci.h5" --json "$out/device/cuda.json" --force; then
-  if [[ "$(passed "$out/device/cuda.json")" -gt 0 ]]; then
-    verdicts+=("$cuda_spec: conforms ($((SECONDS - t0)) s)")
+# run_cuda LABEL FIXTURES JSON TIMEOUT: the CUDA candidate over one fixture file, its verdict.
+run_cuda() {
+  local label=$1 fixtures=$2 json=$3 limit=$4 t0=$SECONDS code=0
+  timeout "$limit" "$normcheck" run --candidate "$cuda_spec" --fixtures "$fixtures" --json "$json" --force || code=$?
+  if [[ $code -ne 0 ]]; then
+    verdicts+=("$label: FAILED (exit $code)")
+    status=1
+  elif [[ "$(passed "$json")" -gt 0 ]]; then
+    verdicts+=("$label: conforms ($((SECONDS - t0)) s)")
   else
     # On a GPU machine every case UNSUPPORTED means init failed (no driver, no kernel image).
-    verdicts+=("$cuda_spec: NO CASE PASSED (see the UNSUPPORTED reason above)")
+    verdicts+=("$label: NO CASE PASSED (see the UNSUPPORTED reason above)")
     status=1
   fi
-else
-  verdicts+=("$cuda_spec: FAILED (exit $?)")
-  status=1
-fi
+}
+
+echo
+echo "=== $cuda_spec"
+run_cuda "$cuda_spec" "$out/ci.h5" "$out/device/cuda.json" 300
 
 echo
 echo "=== $cuda_spec on the quant tier (fused RMSNorm + FP8/int8 quantization; MX and NVFP4 UNSUPPORTED)"
-t0=$SECONDS
 if ! "$normcheck" fixtures generate --tier quant -o "$out/quant.h5" --force >/dev/null; then
   verdicts+=("$cuda_spec quant: NOT RUN (fixtures generate --tier quant failed)")
   status=1
-elif timeout 120 "$normcheck" run --candidate "$cuda_spec" --fixtures "$out/quant.h5" --json "$out/device/cuda_quant.json" --force; then
-  if [[ "$(passed "$out/device/cuda_quant.json")" -gt 0 ]]; then
-    verdicts+=("$cuda_spec quant: conforms ($((SECONDS - t0)) s)")
-  else
-    verdicts+=("$cuda_spec quant: NO CASE PASSED (see the UNSUPPORTED reason above)")
-    status=1
-  fi
 else
-  verdicts+=("$cuda_spec quant: FAILED (exit $?)")
-  status=1
+  run_cuda "$cuda_spec quant" "$out/quant.h5" "$out/device/cuda_quant.json" 120
 fi
 
 echo
