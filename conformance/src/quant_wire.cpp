@@ -40,16 +40,15 @@ std::vector<std::int64_t> unpacked_shape(std::string_view codes, const std::vect
 
 ref::Tensor from_bytes(const ref::OutputSpec& spec, const std::uint8_t* bytes) {
   const CodeLayout l = layout_of(spec);
-  ref::Tensor t{ref::DType::float64, spec.shape, std::vector<double>(static_cast<std::size_t>(l.bytes * (l.packed ? 2 : 1)))};
-  for (std::int64_t i = 0; i < l.bytes; ++i) {
-    const std::uint8_t b = bytes[i];
-    if (l.packed) {
-      t.data[static_cast<std::size_t>(2 * i)] = b & 0xF;
-      t.data[static_cast<std::size_t>(2 * i + 1)] = b >> 4;
-    } else {
-      t.data[static_cast<std::size_t>(i)] = l.storage == Storage::int8 ? static_cast<double>(static_cast<std::int8_t>(b)) : b;
-    }
+  ref::Tensor t{ref::DType::float64, spec.shape, {}};
+  if (l.packed) {  // the fixtures' packing (ref::unpack_nvfp4: element 2k in the low nibble)
+    const auto codes = ref::unpack_nvfp4(std::vector<std::uint8_t>(bytes, bytes + l.bytes));
+    t.data.assign(codes.begin(), codes.end());
+    return t;
   }
+  t.data.resize(static_cast<std::size_t>(l.bytes));
+  for (std::size_t i = 0; i < t.data.size(); ++i)
+    t.data[i] = l.storage == Storage::int8 ? static_cast<double>(static_cast<std::int8_t>(bytes[i])) : bytes[i];
   return t;
 }
 
@@ -65,13 +64,10 @@ std::vector<std::uint8_t> to_bytes(const ref::OutputSpec& spec, const ref::Tenso
     if (!(v >= lo && v <= hi && v == std::floor(v)))
       throw std::domain_error(fmt::format("element {} ({}) is not a {} code ({} to {})", i, v, spec.codes, lo, hi));
   }
+  if (l.packed) return ref::pack_nvfp4(std::vector<int>(t.data.begin(), t.data.end()));
   std::vector<std::uint8_t> out(static_cast<std::size_t>(l.bytes));
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (l.packed)
-      out[i] = static_cast<std::uint8_t>(static_cast<int>(t.data[2 * i]) | (static_cast<int>(t.data[2 * i + 1]) << 4));
-    else
-      out[i] = static_cast<std::uint8_t>(static_cast<int>(t.data[i]) & 0xFF);  // int8: two's complement
-  }
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::uint8_t>(static_cast<int>(t.data[i]) & 0xFF);  // int8: two's complement
   return out;
 }
 
