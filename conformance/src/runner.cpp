@@ -121,6 +121,7 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
     if (!r.block.empty()) j["block"] = r.block;
     j["dtype"] = r.dtype;
     j["category"] = r.category;
+    if (r.normalized_size > 0) j["normalized_size"] = r.normalized_size;
   }
   if (!r.message.empty()) j["message"] = r.message;
   j["seconds"] = r.seconds;
@@ -143,6 +144,12 @@ Json case_json(const CaseResult& r, const std::function<std::string(const std::s
     jo["max_abs"] = number(o.max_abs);
     jo["max_rel"] = number(o.max_rel);
     jo["max_ratio"] = number(o.max_ratio);
+    if (std::isfinite(o.sensitivity)) jo["sensitivity"] = o.sensitivity;
+    if (!o.probes.empty()) {
+      Json p;
+      for (const auto& [k, v] : o.probes) p[k] = number(v);
+      jo["probes"] = std::move(p);
+    }
     if (o.worst_index >= 0) {
       jo["worst"] = Json{{"index", o.worst_index},
                          {"coords", o.worst_coords},
@@ -323,6 +330,7 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
         res.block = about.block;
         res.dtype = about.dtype;
         res.category = about.category;
+        res.normalized_size = about.normalized_size;
         res.row_mean_over_sigma = about.row_mean_over_sigma;
         std::lock_guard lock(report);
         tally(runs[i], res);

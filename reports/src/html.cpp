@@ -4,6 +4,7 @@
 // are hatched, outputs have their own marker shapes, and the allowance is a labelled line.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -212,6 +213,68 @@ std::string matrix_html(const std::vector<const Run*>& runs) {
   return s + "</tbody></table></div></details>";
 }
 
+// The sensitivity section: the summary per candidate, then per declared reduction class the
+// cases of n >= 1024 with each output's sensitivity (it depends on the inputs and the class only,
+// so candidates of one class share the values; a case any of them ran is listed once).
+std::string sensitivity_html(const Report& r) {
+  const auto sens = text::sensitivity_of(r);
+  if (sens.empty()) return "";
+  std::string s =
+      "<h2>Sensitivity: what “conforms” rules out</h2>\n<p>The smallest relative fault in an output that the verdict "
+      "is sure to catch: a kernel whose every value is the exact one times 1 + d, correctly rounded, fails for |d| at "
+      "or above it (conformance/TOLERANCE.md, section 6.1). Median and best over the cases of normalized size 4096 and "
+      "above (* none run: every case). It depends on the data and the declared reduction class only. Last column: "
+      "cases of n ≥ 1024 on which a variance divided by n − 1 (rstd off by about 1/(2n) where the variance dominates "
+      "eps) would be caught; on arbitrary data only a class whose bound is below 1/n can see it. Per case: the probes' "
+      "certain error of a kernel making that one fault over the allowance (caught above 1).</p>\n"
+      "<table><tr><th>candidate</th><th>reduction</th><th>y</th><th>rstd</th><th>dweight</th><th>n − 1 variance caught</th></tr>\n";
+  std::map<std::string, std::vector<const Run*>> by_class;
+  for (const auto& x : sens) {
+    by_class[x.run->reduction].push_back(x.run);
+    s += fmt::format("<tr><td><code>{}</code></td><td><code>{}</code></td>", html_escape(x.run->name()),
+                     html_escape(x.run->reduction));
+    for (const char* name : {"y", "rstd", "dweight"}) {
+      const auto it = std::find_if(x.outputs.begin(), x.outputs.end(), [&](const auto& o) { return o.name == name; });
+      s += it == x.outputs.end() ? "<td class=\"num\">—</td>"
+                                 : fmt::format("<td class=\"num\">{} (best {}){}</td>", text::num(it->median),
+                                               text::num(it->best), x.production ? "" : "*");
+    }
+    s += fmt::format("<td class=\"num\">{}</td></tr>\n", x.n1_cases ? fmt::format("{} of {}", x.n1_caught, x.n1_cases) : "—");
+  }
+  s += "</table>\n";
+  for (const auto& [cls, runs] : by_class) {
+    std::map<std::string, const Case*> cases;
+    for (const Run* run : runs)
+      for (const auto& c : run->cases)
+        if (c.normalized_size >= 1024) cases.emplace(c.case_id, &c);
+    if (cases.empty()) continue;
+    std::string names;
+    for (const Run* run : runs) names += (names.empty() ? "" : ", ") + html_escape(short_name(run->name()));
+    s += fmt::format("<details><summary>Per case, n ≥ 1024, declared <code>{}</code> ({} cases; {})</summary>\n"
+                     "<table><tr><th>case</th><th>op</th><th>dtype</th><th>n</th><th>y</th><th>rstd</th><th>dweight</th>"
+                     "<th>n − 1 variance probe</th><th>eps 1e-6 probe</th></tr>\n",
+                     html_escape(cls), cases.size(), names);
+    for (const auto& [id, c] : cases) {
+      s += fmt::format("<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"num\">{}</td>", html_escape(id),
+                       html_escape(c->op_label()), html_escape(c->dtype.empty() ? "—" : c->dtype), c->normalized_size);
+      for (const char* name : {"y", "rstd", "dweight"}) {
+        const auto it = std::find_if(c->outputs.begin(), c->outputs.end(), [&](const Output& o) { return o.name == name; });
+        s += fmt::format("<td class=\"num\">{}</td>", it == c->outputs.end() || !it->sensitivity ? "—" : text::num(*it->sensitivity));
+      }
+      const auto rstd = std::find_if(c->outputs.begin(), c->outputs.end(), [](const Output& o) { return o.name == "rstd"; });
+      for (const char* probe : {"variance_over_n_minus_1", "eps_1e-6"}) {
+        const auto p = rstd == c->outputs.end() ? std::map<std::string, double>::const_iterator{} : rstd->probes.find(probe);
+        s += rstd == c->outputs.end() || p == rstd->probes.end()
+                 ? "<td class=\"num\">—</td>"
+                 : fmt::format("<td class=\"num {}\">{}</td>", p->second > 1 ? "good" : "bad", text::num(p->second));
+      }
+      s += "</tr>\n";
+    }
+    s += "</table></details>\n";
+  }
+  return s;
+}
+
 constexpr const char* kStyle = R"CSS(
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#111;max-width:100%}
 h1{margin:0 0 .2em} h2{margin-top:1.6em;border-bottom:1px solid #ccc}
@@ -409,6 +472,7 @@ std::string html(const Report& r, const std::string& plot_library, const std::st
          "counts.</p>\n";
     s += matrix_html(checks);
   }
+  s += sensitivity_html(r);
 
   // Plots.
   std::size_t first_bad = 0;

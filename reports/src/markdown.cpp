@@ -1,6 +1,7 @@
 // The Markdown summary: what a CI job summary shows (GitHub's step summary, a GitLab MR note).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -149,6 +150,31 @@ std::string markdown(const Report& r) {
                        md_cell(run->fault), caught, run->cases.size(), worst ? code(worst->case_id) : "**not caught**",
                        o ? text::num(o->max_ratio) + "× allowance" : (worst ? worst->verdict : "—"),
                        worst ? best_diagnosis(worst->diagnosis) : "—");
+    }
+    s += "\n";
+  }
+
+  // What a pass rules out: the smallest relative fault each candidate's comparisons would catch.
+  if (const auto sens = text::sensitivity_of(r); !sens.empty()) {
+    s += "## Sensitivity: what \"conforms\" rules out\n\n"
+         "The smallest relative fault in an output that the verdict is sure to catch (a kernel whose every value is "
+         "the exact one times 1 + d, correctly rounded, fails for |d| at or above it; conformance/TOLERANCE.md, "
+         "section 6.1): the median and the best over the cases at normalized size 4096 and above (* where the "
+         "candidate ran none: over every case). It depends on the data and on the declared reduction class, not "
+         "on the candidate's values. Last column: the cases of n ≥ 1024 on which a kernel that divides the variance by n − 1 "
+         "(rstd off by about 1/(2n) where the variance dominates eps) and is otherwise exact would be caught; on arbitrary data only a class whose bound is "
+         "below 1/n (`pairwise`, `accumulate_f64`, or data whose sums are exact) can see it.\n\n"
+         "| candidate | reduction | y | rstd | dweight | n − 1 variance caught |\n|---|---|---:|---:|---:|---:|\n";
+    for (const auto& x : sens) {
+      std::string cells;
+      for (const char* name : {"y", "rstd", "dweight"}) {
+        const auto it = std::find_if(x.outputs.begin(), x.outputs.end(), [&](const auto& o) { return o.name == name; });
+        cells += it == x.outputs.end()
+                     ? " — |"
+                     : fmt::format(" {} (best {}){} |", text::num(it->median), text::num(it->best), x.production ? "" : "*");
+      }
+      s += fmt::format("| {} | {} |{} {} |\n", code(x.run->name()), code(x.run->reduction), cells,
+                       x.n1_cases ? fmt::format("{} of {}", x.n1_caught, x.n1_cases) : "—");
     }
     s += "\n";
   }

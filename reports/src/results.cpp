@@ -180,6 +180,11 @@ Output output_of(const Field& f) {
   o.max_abs = f.num("max_abs");
   o.max_rel = f.num("max_rel");
   o.max_ratio = f.num("max_ratio");
+  if (f.has("sensitivity")) o.sensitivity = f.num("sensitivity");
+  if (f.has("probes")) {
+    const Field p = f.object("probes");
+    for (const auto& [k, v] : f.at("probes").items()) o.probes[k] = p.num(k);
+  }
   if (f.has("worst")) {
     const Field w = f.object("worst");
     Worst x;
@@ -226,6 +231,7 @@ Case case_of(const Field& f) {
   c.block = f.str("block");
   c.dtype = f.str("dtype");
   c.category = f.str("category");
+  c.normalized_size = f.integer("normalized_size");
   c.seconds = f.num("seconds");
   for (const auto& o : f.array("outputs")) c.outputs.push_back(output_of(o));
   c.diagnosis = diagnosis_of(f);
@@ -380,6 +386,7 @@ Run parse_results(const std::string& text, const std::string& source) {
     r.device = c.str("device");
     r.fault_class = c.str("fault_class");
     r.fault = c.str("fault");
+    if (c.has("reduction")) r.reduction = c.str("reduction");
   }
   for (const auto& c : f.array("cases", r.mode == "run" || r.mode == "check")) r.cases.push_back(case_of(c));
   for (const auto& p : f.array("properties", r.mode == "prop")) {

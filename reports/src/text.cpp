@@ -111,6 +111,38 @@ std::vector<Ranked> failing_cases(const Report& r, bool mutants) {
   return out;
 }
 
+std::vector<SensitivitySummary> sensitivity_of(const Report& r) {
+  std::vector<SensitivitySummary> out;
+  for (const auto& run : r.runs) {
+    if (run.mode == "prop" || run.mode == "audit" || run.is_mutant()) continue;
+    SensitivitySummary s;
+    s.run = &run;
+    for (const auto& c : run.cases)
+      s.production |= c.normalized_size >= kProductionSize && std::any_of(c.outputs.begin(), c.outputs.end(),
+                                                                        [](const Output& o) { return o.sensitivity.has_value(); });
+    std::map<std::string, std::vector<double>> values;
+    for (const auto& c : run.cases) {
+      for (const auto& o : c.outputs) {
+        if (!o.sensitivity) continue;
+        if (const auto p = o.probes.find("variance_over_n_minus_1"); p != o.probes.end() && c.normalized_size >= 1024) {
+          ++s.n1_cases;
+          s.n1_caught += p->second > 1;
+        }
+        if (!s.production || c.normalized_size >= kProductionSize) values[o.name].push_back(*o.sensitivity);
+      }
+    }
+    for (const char* name : {"y", "rstd", "dweight"}) {
+      auto it = values.find(name);
+      if (it == values.end()) continue;
+      auto& v = it->second;
+      std::sort(v.begin(), v.end());
+      s.outputs.push_back({name, static_cast<std::int64_t>(v.size()), v.front(), v[v.size() / 2]});
+    }
+    if (!s.outputs.empty()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::string xml_escape(const std::string& s) {
   std::string o;
   o.reserve(s.size());

@@ -37,6 +37,26 @@ struct Ranked {
 };
 std::vector<Ranked> failing_cases(const Report& r, bool mutants);
 
+// Sensitivity of one candidate (RESULTS.md, "sensitivity"; TOLERANCE.md 6.1): for y, rstd and
+// dweight, the smallest relative fault its comparisons were sure to catch, summarised over the
+// cases at production sizes (normalized size >= kProductionSize; over every case when it ran
+// none), and how many cases of n >= 1024 would catch a variance divided by n - 1 (rstd's probe
+// variance_over_n_minus_1 above 1).
+inline constexpr std::int64_t kProductionSize = 4096;
+struct SensitivityOutput {
+  std::string name;
+  std::int64_t cases = 0;       // cases with a sensitivity for this output in the summarised set
+  double best = 0, median = 0;  // the smallest and the median over them
+};
+struct SensitivitySummary {
+  const Run* run = nullptr;
+  bool production = false;                // summarised over n >= kProductionSize
+  std::vector<SensitivityOutput> outputs;  // y, rstd, dweight (those present)
+  std::int64_t n1_cases = 0, n1_caught = 0;
+};
+// Correct and external candidates of modes run/check with at least one sensitivity.
+std::vector<SensitivitySummary> sensitivity_of(const Report& r);
+
 std::string xml_escape(const std::string& s);   // also drops characters XML 1.0 forbids
 std::string html_escape(const std::string& s);
 std::string md_cell(const std::string& s);      // a Markdown table cell: | escaped, newlines -> <br>

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -81,6 +82,53 @@ TEST(Reader, FlushedZerosAreCountedAndNamedInTheOutcome) {
   EXPECT_EQ(r.cases[1].outputs[0].flushed, 3);
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(r.outcome(), "conforms (4 zeros accepted as flushed subnormals)");
+}
+
+// Sensitivity and rstd's probes (additive v1): read, summarised over the cases of n >= 4096 (the
+// median and the best), the n - 1 probe counted on cases of n >= 1024 (caught above 1), the
+// declared class shown; older files without the fields give no summary; mutants have none.
+TEST(Reader, SensitivityIsSummarisedOverProductionSizes) {
+  const auto g = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.17g", v);
+    return std::string(b);
+  };
+  const auto c = [&](const std::string& id, int n, double sy, double sr, double probe) {
+    return R"({"case_id": ")" + id + R"(", "verdict": "PASSED", "normalized_size": )" + std::to_string(n) +
+           R"(, "outputs": [{"name": "y", "verdict": "PASSED", "sensitivity": )" + g(sy) +
+           R"(}, {"name": "rstd", "verdict": "PASSED", "sensitivity": )" + g(sr) +
+           R"(, "probes": {"variance_over_n_minus_1": )" + g(probe) + R"(, "eps_1e-6": "inf"}}]})";
+  };
+  std::string text = results("builtin:k", "correct",
+                             c("a", 128, 1e-7, 1e-8, 50) + "," + c("b", 4096, 1e-3, 2e-4, 0.5) + "," +
+                                 c("c", 8192, 3e-3, 4e-7, 183) + "," + c("d", 4096, 2e-3, 1e-4, 0.9) + "," +
+                                 c("e", 1024, 1e-4, 1e-5, 2),
+                             5, 0);
+  text.replace(text.find(R"("kind": "correct")"), 17, R"("kind": "correct", "reduction": "two_pass")");
+  const nr::Run r = nr::parse_results(text, "r.json");
+  EXPECT_EQ(r.reduction, "two_pass");
+  ASSERT_EQ(r.cases.size(), 5u);
+  ASSERT_TRUE(r.cases[0].outputs[1].sensitivity.has_value());
+  EXPECT_EQ(r.cases[0].normalized_size, 128);
+  EXPECT_TRUE(std::isinf(r.cases[0].outputs[1].probes.at("eps_1e-6")));
+  nr::Report rep;
+  rep.runs.push_back(r);
+  rep.runs.push_back(nr::parse_results(results("builtin:m", "mutant", kFailed, 0, 1), "m.json"));
+  rep.runs.push_back(nr::parse_results(results("builtin:old", "correct", kPassed, 1, 0), "o.json"));
+  const auto sens = nr::text::sensitivity_of(rep);
+  ASSERT_EQ(sens.size(), 1u);  // the mutant and the file without the fields have none
+  EXPECT_TRUE(sens[0].production);
+  ASSERT_EQ(sens[0].outputs.size(), 2u);
+  EXPECT_EQ(sens[0].outputs[0].name, "y");
+  EXPECT_EQ(sens[0].outputs[0].cases, 3);  // b, c, d: n >= 4096 only
+  EXPECT_DOUBLE_EQ(sens[0].outputs[0].best, 1e-3);
+  EXPECT_DOUBLE_EQ(sens[0].outputs[0].median, 2e-3);
+  EXPECT_DOUBLE_EQ(sens[0].outputs[1].best, 4e-7);
+  EXPECT_EQ(sens[0].n1_cases, 4);  // b, c, d, e (n >= 1024)
+  EXPECT_EQ(sens[0].n1_caught, 2);  // c and e
+  const std::string md = nr::markdown(rep);
+  EXPECT_NE(md.find("| `builtin:k` | `two_pass` | 0.002 (best 0.001) | 0.0001 (best 4e-07) | — | 2 of 4 |"), std::string::npos)
+      << md;
 }
 
 TEST(Reader, ErrorsNameTheFileAndTheField) {

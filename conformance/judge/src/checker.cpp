@@ -72,6 +72,29 @@ std::vector<std::int64_t> rows_of(const ref::Geometry& g) {
   return row;
 }
 
+// The probes of OutputResult::probes on rstd: with r the exact rstd of a row, v + eps = 1/r^2;
+// the faulty kernel returns rn(r') with r' = 1/sqrt(v n/(n-1) + eps) or 1/sqrt(v + 1e-6), whose
+// error is at least |r' - r| - ulp(r) (half an ulp at a value below 2 r).
+void probe_rstd(OutputResult& o, const fix::FixtureCase& fc, const ref::Output& exp,
+                const std::vector<double>& allow) {
+  const auto geom = ref::geometry_of(fc.c);
+  const double n = static_cast<double>(geom.cols), eps = fc.c.epsilon;
+  if (geom.cols < 2) return;
+  double n1 = 0, e6 = 0;
+  for (std::size_t i = 0; i < exp.f64.size(); ++i) {
+    const double r = exp.f64[i];
+    double a = allow[i];
+    if (!std::isfinite(r) || r <= 0 || std::isnan(a)) continue;
+    if (!exp.certified[i]) a += ulp_of(r, o.dtype);
+    const double v = std::max(0.0, 1.0 / (r * r) - eps), slack = ulp_of(r, o.dtype);
+    const auto ratio = [&](double faulty) { return std::max(0.0, std::fabs(faulty - r) - slack) / a; };
+    n1 = std::max(n1, ratio(1.0 / std::sqrt(v * n / (n - 1) + eps)));
+    e6 = std::max(e6, ratio(1.0 / std::sqrt(v + 1e-6)));
+  }
+  o.probes["variance_over_n_minus_1"] = n1;
+  if (eps != 1e-6) o.probes["eps_1e-6"] = e6;
+}
+
 }  // namespace
 
 void ErrorHistogram::add(double v) {
@@ -111,6 +134,7 @@ void describe_case(CaseResult& r, const fix::FixtureCase& fc) {
   } catch (const std::exception&) {
     return;
   }
+  r.normalized_size = g.cols;
   const auto find = [&](const char* n) -> const ref::Tensor* {
     const auto it = c.inputs.find(n);
     return it == c.inputs.end() ? nullptr : &it->second;
@@ -203,6 +227,7 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
       continue;
     }
     const auto& a = at->second.abs;
+    const double normal_min = std::ldexp(1.0, ref::format_of(o.dtype).min_exp);
     double worst_key = -1;
     // Row of element i: x's shape maps through the geometry; a statistic has one element per row.
     const std::int64_t* row_of = nullptr;
@@ -234,6 +259,12 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
         ++o.uncertified;
         allowance += ulp_of(exact, o.dtype);
       }
+      // Sensitivity (TOLERANCE.md 6.1): rn(exact (1 + d)) errs by at least |d| |exact| - ulp(exact)
+      // for |d| < 1 (half an ulp of a value below 2 |exact|), so it fails where that exceeds the
+      // allowance. Elements in the subnormal range are left out (a declared flush may accept 0).
+      const double unit = ulp_of(std::isfinite(exact) ? exact : expected, o.dtype);
+      if (std::isfinite(exact) && std::fabs(exact) >= normal_min && std::isfinite(allowance))
+        o.sensitivity = std::min(o.sensitivity, (allowance + unit) / std::fabs(exact));
       const double err = std::isnan(g) && at->second.nan_ok[i] ? 0.0 : error_of(g, exact, expected, o.dtype);
       if (const double slack = opt.flush_subnormal_outputs ? flush_slack(g, o.dtype) : 0.0;
           err > allowance && err <= allowance + slack) {
@@ -244,7 +275,7 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
       }
       const double ratio = err == 0 ? 0.0 : (allowance > 0 ? err / allowance : INFINITY);
       if (err > allowance) ++o.failed;
-      const double ulp = err / ulp_of(std::isfinite(exact) ? exact : expected, o.dtype);
+      const double ulp = err / unit;
       o.max_ulp = std::max(o.max_ulp, ulp);
       o.hist_ulp.add(ulp);
       o.hist_ratio.add(ratio);
@@ -269,6 +300,7 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
         o.worst_allowance = allowance;
       }
     }
+    if (stat_rows && name == "rstd") probe_rstd(o, fc, exp, at->second.abs);
     if (o.worst_index >= 0) o.worst_coords = coords_of(o.worst_index, exp.value.shape);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       if (!row_seen[r]) continue;  // every element of the row mistrusted

@@ -114,6 +114,9 @@ class OutputCheck:
         self.elements, self.failed, self.mistrusted, self.uncertified, self.flushed = (
             o.elements, o.failed, o.mistrusted, o.uncertified, o.flushed)
         self.max_ulp, self.max_ratio, self.max_abs, self.max_rel = o.max_ulp, o.max_ratio, o.max_abs, o.max_rel
+        # The smallest relative fault this comparison is sure to catch (inf: none; TOLERANCE.md
+        # 6.1), and for rstd the probes: fault name -> certain error over the allowance (> 1: caught).
+        self.sensitivity, self.probes = o.sensitivity, dict(o.probes)
         self.worst = Worst(o) if o.worst_index >= 0 else None
         self.allowance = allowance  # per element: the largest error a correct kernel may make (NaN: mistrusted)
         self.error = error          # per element: |got - exact| as the checker measures it

@@ -482,6 +482,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("max_abs", &conf::OutputResult::max_abs)
       .def_readonly("max_rel", &conf::OutputResult::max_rel)
       .def_readonly("max_ratio", &conf::OutputResult::max_ratio)
+      .def_readonly("sensitivity", &conf::OutputResult::sensitivity)
+      .def_readonly("probes", &conf::OutputResult::probes)
       .def_readonly("worst_index", &conf::OutputResult::worst_index)
       .def_readonly("worst_coords", &conf::OutputResult::worst_coords)
       .def_readonly("worst_got", &conf::OutputResult::worst_got)

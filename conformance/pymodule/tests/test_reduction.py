@@ -137,3 +137,22 @@ def test_assert_norm_close_message_and_cli_recheck(data, tmp_path):
     assert p.returncode == 1 and "is what failed" in p.stdout + p.stderr, p.stdout + p.stderr
     p = subprocess.run([cli] + args[:-2], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_sensitivity_and_probes_are_reported(data):
+    # An output scaled by 1 + d, |d| just above its sensitivity, fails (TOLERANCE.md 6.1); rstd
+    # carries the probes; a declared class is at least as sensitive as `any`.
+    x, w, b, _ = data
+    case = normcheck.reference("layernorm", x, w, b, eps=EPS, outputs=("y", "rstd"))
+    exact = {"y": case.expected["y"], "rstd": case.expected["rstd"]}
+    for reduction in ("any", "two_pass"):
+        r = normcheck.check(exact, case, reduction=reduction)
+        assert r.verdict == "PASSED"
+        for name, o in r.outputs.items():
+            assert 0 < o.sensitivity < 1, (name, o.sensitivity)
+            scaled = dict(exact)
+            scaled[name] = (case.expected_f64[name] * (1 + 1.01 * o.sensitivity)).astype(np.float32)
+            assert normcheck.check(scaled, case, reduction=reduction).outputs[name].verdict == "FAILED", name
+        assert set(r.outputs["rstd"].probes) == {"variance_over_n_minus_1", "eps_1e-6"}
+    s_any = normcheck.check(exact, case).outputs["y"].sensitivity
+    assert normcheck.check(exact, case, reduction="two_pass").outputs["y"].sensitivity <= s_any

@@ -55,6 +55,11 @@ struct Output {
   std::int64_t elements = 0, failed = 0, mistrusted = 0, uncertified = 0;
   std::int64_t flushed = 0;  // zeros accepted under a declared flush-to-zero (additive v1; 0 when absent)
   double max_ulp = 0, max_abs = 0, max_rel = 0, max_ratio = 0;
+  // The smallest relative fault the comparison is sure to catch (RESULTS.md, "sensitivity";
+  // additive v1): absent (nullopt) in older files and where no element qualifies.
+  std::optional<double> sensitivity;
+  // rstd's probes (RESULTS.md, "probes"): fault name -> its certain error over the allowance.
+  std::map<std::string, double> probes;
   std::optional<Worst> worst;
   int log2_min = -20;
   std::optional<Histogram> hist_ulp, hist_ratio;
@@ -70,6 +75,7 @@ struct Diagnosis {
 struct Case {
   std::string case_id, verdict, message, repro;
   std::string op, direction, block, dtype, category;  // "" when the results file lacks them
+  std::int64_t normalized_size = 0;                   // 0 when the results file lacks it
   double seconds = 0;
   std::vector<Output> outputs;
   std::vector<Diagnosis> diagnosis;
@@ -98,6 +104,7 @@ struct Run {
   std::vector<std::string> sources;  // the results files merged into it
   std::string mode;                  // run, check, prop, audit ("run" when the file has none)
   std::string spec, kind, description, device, fault_class, fault;  // candidate
+  std::string reduction = "any";  // the declared reduction class it was judged under
   std::string checkpoint_path, checkpoint_format, checkpoint_profile;  // audit
   std::string fixtures_path, fixtures_tier, generator_version, command;
   std::optional<std::uint64_t> fixtures_seed;

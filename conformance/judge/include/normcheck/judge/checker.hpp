@@ -2,6 +2,7 @@
 // case under the tolerance model and gives each output and the case a verdict.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -60,6 +61,21 @@ struct OutputResult {
   double max_abs = 0;            // largest absolute error
   double max_rel = 0;            // largest relative error (elements with a non-zero exact value)
   double max_ratio = 0;          // largest error / allowance: > 1 fails; the separation margin
+  // Sensitivity (TOLERANCE.md, section 6.1): the smallest relative fault this comparison is sure
+  // to catch. A candidate whose value of this output is the exact value times (1 + d), correctly
+  // rounded, is FAILED for every |d| in [sensitivity, 1) at the element where the allowance is
+  // relatively narrowest (and so for such a fault on every element): the minimum over compared
+  // elements with a normal exact value of (allowance + ulp) / |exact|. It depends on the inputs
+  // and the declared reduction class only, never on the candidate's values; infinite when no
+  // element qualifies.
+  double sensitivity = INFINITY;
+  // Probes (TOLERANCE.md, section 6.1), on `rstd` of a case with one statistic per row: for a few
+  // faults whose effect on rstd follows from the exact rstd alone, the largest over rows of the
+  // certain error of a kernel that makes that fault and is otherwise exact (its rstd correctly
+  // rounded) divided by the row's allowance: above 1 the verdict is sure to catch the fault.
+  // "variance_over_n_minus_1": the variance (RMSNorm: the mean square) divided by n - 1;
+  // "eps_1e-6": eps hard-coded to 1e-6 (absent where the case's eps is 1e-6).
+  std::map<std::string, double> probes;
   // The worst element (largest error/allowance): flat index, coordinates, values.
   std::int64_t worst_index = -1;
   std::vector<std::int64_t> worst_coords;
@@ -87,6 +103,7 @@ struct CaseResult {
   double seconds = 0;  // time the candidate took
   // What the case is, for the reports' matrix (set by describe_case from the fixture case).
   std::string op, direction, block, dtype, category;
+  std::int64_t normalized_size = 0;  // elements a row's statistics are taken over (0: unknown)
   // Per row of the case: |mean| / sigma of the row's normalized input (x, or the residual sum
   // h = alpha x + residual (+ residual_bias)); infinite for a constant row, NaN for a row with a
   // non-finite value. The variance's condition number is sqrt(1 + (mean/sigma)^2).
