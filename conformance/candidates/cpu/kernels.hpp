@@ -54,6 +54,7 @@ constexpr bool is_quant_fault(Fault f) { return !f.none() && f.entry().cls == 'H
 
 inline constexpr int kPairwiseBase = 8;               // sequential block of the pairwise sums
 inline constexpr std::int64_t kGridRowLimit = 65535;  // rows_beyond_grid_limit
+inline constexpr std::int64_t kColumnSumRows = 1024;  // dweight_first_rows_only
 
 std::string_view name_of(Reduction r);
 std::string_view name_of(Fault f);

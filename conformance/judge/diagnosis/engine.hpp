@@ -327,6 +327,8 @@ class Engine {
   }
   // Rows from k.rows_limit on are not computed.
   static bool dead(const Knobs& k, std::int64_t row) { return k.rows_limit >= 0 && row >= k.rows_limit; }
+  // Rows whose terms dweight and dbias leave out (k.colsum_rows: the column sums' grid limit).
+  static bool unsummed(const Knobs& k, std::int64_t row) { return k.colsum_rows >= 0 && row >= k.colsum_rows; }
 
   // Stage forward: y (x-hat, the affine, the residual after the norm), residual_out, mean, rstd.
   Predictions run_forward(const Knobs& k, const Layout& l, const Rows& hr) const {
@@ -505,7 +507,7 @@ class Engine {
       const std::int64_t row = l.rows[ri];
       if (subset) {
         // The chosen columns' terms of dweight and dbias only.
-        if (dead(k, row)) continue;
+        if (dead(k, row) || unsummed(k, row)) continue;
         for (std::int64_t jj = 0; jj < nj; ++jj) {
           const std::int64_t j = (*only_cols)[static_cast<std::size_t>(jj)];
           const RowStat& s = stat_of(hr, l, ri, j);
@@ -533,7 +535,7 @@ class Engine {
         g[j] = dyv * scale;
         gsum += g[j];
         gx += g[j] * xh[j];
-        if (w_ && sums) accumulate(cs.dw, cs.dw_a, pcol(row, j), dyv * xh[j]);
+        if (w_ && sums && !unsummed(k, row)) accumulate(cs.dw, cs.dw_a, pcol(row, j), dyv * xh[j]);
         if (tile) {
           const std::int64_t pos = (j / tile) * tile + row % tile;
           if (pos >= n) {
@@ -544,7 +546,7 @@ class Engine {
             cs.dwt[j] += dyv * (yv / scale_at(k, row, pos));
           }
         }
-        if (b_ && sums) accumulate(cs.db, cs.db_a, pcol(row, j), dyv);
+        if (b_ && sums && !unsummed(k, row)) accumulate(cs.db, cs.db_a, pcol(row, j), dyv);
       }
       const LD gbar = gsum / static_cast<LD>(n), m2 = gx / static_cast<LD>(n);
       if (columns_only && !(rb_ && sums)) continue;
@@ -662,7 +664,7 @@ class Engine {
            k.bias_missing == s.bias_missing && k.offset == s.offset &&
            k.weight_flat_index == s.weight_flat_index && k.pts.h == s.pts.h && k.res == s.res &&
            k.h_round_x == s.h_round_x && k.dx == s.dx && k.rows_limit == s.rows_limit && k.block == s.block &&
-           k.saved_stats == s.saved_stats;
+           k.saved_stats == s.saved_stats && k.colsum_rows == s.colsum_rows;
   }
 
   // Residual blocks (reference/README.md, "Residual blocks"): L layers over rows of D, FFN

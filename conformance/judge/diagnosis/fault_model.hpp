@@ -78,6 +78,7 @@ struct Knobs {
   ColSum colsum = ColSum::normal;
   std::map<std::string, std::vector<std::uint8_t>> zero_cols;  // output -> columns left at 0
   std::int64_t rows_limit = -1;  // rows from this one on are not computed (hold `unwritten`)
+  std::int64_t colsum_rows = -1;  // dweight/dbias sum only the rows before this one (-1: every row)
   double unwritten = 0;
   BlockMode block = BlockMode::normal;
   // dweight's x-hat rebuilt from y with the weight/bias of the row's lane in a tile of this

@@ -315,6 +315,19 @@ std::vector<Variant> rows_not_computed_variants(const Ctx& x) {
   return {Variant{k, {{"first_row_not_computed", static_cast<double>(u->first)}}}};
 }
 
+// dweight/dbias summed over the rows of one launch grid only: limits of grids and blocks that
+// real column-sum kernels have (1024 threads, 65535 blocks), each below the case's row count.
+std::vector<Variant> colsum_rows_variants(const Ctx& x) {
+  std::vector<Variant> out;
+  for (std::int64_t limit : {256, 1024, 4096, 65535}) {
+    if (limit >= ref::geometry_of(x.c).rows) break;
+    K k = x.spec;
+    k.colsum_rows = limit;
+    out.push_back(Variant{k, {{"rows_summed", static_cast<double>(limit)}}});
+  }
+  return out;
+}
+
 // The column sums the candidate left at 0 where the certified ones are not (fitted).
 std::vector<Variant> columns_dropped_variants(const Ctx& x) {
   K k = x.spec;
@@ -489,6 +502,8 @@ const Row kRows[] = {
      "dx without the x-hat * mean(g x-hat) term", [](K& k, const Ctx&) { k.dx = DxMode::no_projection; }},
     {"column_sums_bf16", "dweight_bf16_reduction", backward | affine, "dweight/dbias reduced in bfloat16",
      [](K& k, const Ctx&) { k.colsum = ColSum::bf16_interval; }},
+    {"column_sums_first_rows", "dweight_first_rows_only", backward | affine | no_block,
+     "dweight/dbias summed over the first rows only (a launch grid limit)", nullptr, nullptr, colsum_rows_variants},
     {"column_sums_columns_dropped", "dweight_warp_width", backward,
      "dweight/dbias of some columns never reduced (left 0)", nullptr, nullptr, columns_dropped_variants},
     {"dweight_wrong_lane_params", "dgamma_wrong_index", backward | affine | no_block,

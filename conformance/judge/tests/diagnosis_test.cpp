@@ -352,6 +352,47 @@ TEST(Diagnosis, ColumnSumsOverASubsetOfRowsAreNotABfloat16Reduction) {
   }
 }
 
+// dweight/dbias summed over the first 1024 rows of 1040 (a launch grid limit), the terms from the
+// reference on the case with dy zero beyond them: column_sums_first_rows explains it, first,
+// with the limit; the certified outputs are not explained by it; at 1000 rows only the 256 limit applies.
+std::string ranking_of(const std::vector<Diagnosis>& d);  // below
+
+TEST(Diagnosis, ColumnSumsOverTheFirstRowsOnly) {
+  for (std::int64_t rows : {1040, 1000}) {
+    auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, 16, 0, 1);
+    std::mt19937_64 rng(9);
+    c.direction = ref::Direction::backward;
+    c.inputs["dy"] = ref::Tensor{DType::float32, {rows, 16},
+                                 normal(rng, static_cast<std::size_t>(rows) * 16, 0, 1, DType::float32)};
+    const auto fc = fixture_of(c);
+    Outputs right;
+    for (const auto& [name, out] : fc.expected) right[name] = out.value;
+    const auto named = [&](const std::vector<Diagnosis>& d) {
+      return std::find_if(d.begin(), d.end(), [](const Diagnosis& x) { return x.dialect == "column_sums_first_rows"; });
+    };
+    const auto ok = diagnose(fc, right, {.keep = 100});
+    if (const auto it = named(ok); it != ok.end()) {
+      EXPECT_FALSE(it->explains) << it->evidence;
+    }
+    if (rows <= 1024) {
+      if (const auto it = named(ok); it != ok.end()) {
+        EXPECT_EQ(it->parameters.at("rows_summed"), 256);
+      }
+      continue;
+    }
+    auto f = c;
+    for (std::size_t i = 1024 * 16; i < f.inputs["dy"].data.size(); ++i) f.inputs["dy"].data[i] = 0;
+    const auto part = fixture_of(f);
+    Outputs got = right;
+    for (const char* name : {"dweight", "dbias"}) got[name] = part.expected.at(name).value;
+    const auto d = diagnose(fc, got);
+    ASSERT_FALSE(d.empty());
+    EXPECT_EQ(d[0].dialect, "column_sums_first_rows") << ranking_of(d);
+    EXPECT_TRUE(d[0].explains) << d[0].evidence;
+    EXPECT_EQ(d[0].parameters.at("rows_summed"), 1024);
+  }
+}
+
 // dweight with x-hat rebuilt from y using the weight/bias of the row's lane in a 32-wide tile
 // (DeepSpeed #692), computed here in long double from the inputs (not by the panel's engine),
 // each sum rounded once: the dialect names it, and the correct outputs are not explained by it.

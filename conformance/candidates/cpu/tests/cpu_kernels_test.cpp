@@ -667,6 +667,17 @@ TEST(Mutants, RowsBeyondGridLimit) {
                   fault("rows_beyond_grid_limit"));
 }
 
+// rocm-libraries #10198 in the column sums: rows from 1024 on never reach dweight/dbias.
+TEST(Mutants, DweightFirstRowsOnly) {
+  const ref::Case c = make_case(Op::layernorm, {1040, 8}, Affine::weight_bias, kF32, ref::Direction::backward);
+  expect_reveals(c, fault("dweight_first_rows_only"), "dweight");
+  expect_reveals(c, fault("dweight_first_rows_only"), "dbias");
+  EXPECT_EQ(error(c, Reduction::two_pass, fault("dweight_first_rows_only"), "dx"),
+            error(c, Reduction::two_pass, Fault{}, "dx"));
+  expect_agrees(make_case(Op::layernorm, {1024, 8}, Affine::weight_bias, kF32, ref::Direction::backward),
+                fault("dweight_first_rows_only"));
+}
+
 TEST(CorrectKernels, OutputsAreExactlyTheOutputSpecs) {
   std::vector<ref::Case> cases;
   for (auto dir : {ref::Direction::forward, ref::Direction::backward}) {
