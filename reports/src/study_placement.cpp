@@ -364,9 +364,10 @@ std::string study_placement_markdown(const std::string& json_text, const std::st
                      text::md_cell(c.at("measured").get<std::string>()));
   s += "\n## Per stack\n\nAt initialization: `||dL/dW2||` of the first and last layer, the activation norm "
        "entering the last layer; `||ΔF||` after the first step and the loss at the first and last step; "
-       "inf/NaN counts (forward + backward, all layers) at initialization per low-precision dtype.\n\n";
-  s += "| placement | norm | L | first ‖dW2‖ | last ‖dW2‖ | last act_in | ‖ΔF‖ step 1 | loss | low precision inf / NaN |\n"
-       "|---|---|---|---|---|---|---|---|---|\n";
+       "inf/NaN counts (forward + backward, all layers) at initialization per low-precision dtype; for post and deepnorm "
+       "(version 2) the last layer's pre-norm sum ‖αz + F(z)‖ at initialization.\n\n";
+  s += "| placement | norm | L | first ‖dW2‖ | last ‖dW2‖ | last act_in | ‖ΔF‖ step 1 | loss | low precision inf / NaN | last pre-norm sum |\n"
+       "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : j.at("runs")) {
     const Json& st = r.at("steps");
     const Json& s0 = st.front();
@@ -381,10 +382,11 @@ std::string study_placement_markdown(const std::string& json_text, const std::st
           for (const auto& v : c.at(f)) nan += v.is_number() ? v.get<std::int64_t>() : 0;
         lowp += fmt::format("{}{} {} / {}", lowp.empty() ? "" : "; ", c.at("dtype").get<std::string>(), inf, nan);
       }
-    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} → {} | {} |\n", r.at("placement").get<std::string>(),
+    const std::string prenorm = s0.contains("prenorm_ffn") && s0.at("prenorm_ffn").size() == L ? num(s0.at("prenorm_ffn").at(L - 1)) : "—";
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} → {} | {} | {} |\n", r.at("placement").get<std::string>(),
                      r.at("norm").get<std::string>(), L, num(s0.at("grad_w2").front()), num(s0.at("grad_w2").at(L - 1)),
                      num(s0.at("act_in").at(L - 1)), st.size() > 1 ? num(st.at(1).at("model_update")) : "—",
-                     num(s0.at("loss")), num(st.back().at("loss")), lowp.empty() ? "—" : lowp);
+                     num(s0.at("loss")), num(st.back().at("loss")), lowp.empty() ? "—" : lowp, prenorm);
   }
   if (j.contains("lr_sweep")) {
     const Json& sw = j.at("lr_sweep");

@@ -66,6 +66,7 @@ TEST(StudyPage, Version2FileRendersTheSweep) {
   EXPECT_NE(md.find("## Usable learning rates"), std::string::npos) << md;
   EXPECT_NE(md.find("| post | layernorm | 2 | 0.01 | 1 | 0.01 | 0.5 | 1.2 ✗ |"), std::string::npos) << md;
   EXPECT_NE(md.find("small encoder"), std::string::npos) << md;
+  EXPECT_NE(md.find("| float16 4 / 9 | 2 |"), std::string::npos) << md;  // the last layer's pre-norm sum
   const std::string html = study_placement_html(minimal2().dump(), "s.json", "", "");
   EXPECT_NE(html.find("self-attention + FFN blocks"), std::string::npos);
 }
