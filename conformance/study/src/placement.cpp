@@ -855,20 +855,26 @@ StackRun run_stack(const PlacementOptions& o, const Data& data, Placement pl, re
   return run;
 }
 
-// The sweep: one stack trained at one rate; the losses at steps 0 .. sweep_steps (stopping at
-// the first non-finite one).
-std::vector<double> sweep_losses(const PlacementOptions& o, const Data& data, Placement pl, ref::Op norm,
-                                 std::int64_t layers, double lr) {
-  Stack s = make_stack(o, pl, norm, layers);
-  Optim opt(o, lr);
-  std::vector<double> losses;
-  for (std::int64_t t = 0; t <= o.sweep_steps; ++t) {
-    const Pass p = run_pass(s, data, DType::float64, 1.0, t < o.sweep_steps);
-    losses.push_back(p.loss);
-    if (!std::isfinite(p.loss)) break;
-    if (t < o.sweep_steps) opt.step(s, p);
+// The sweep of one stack: at each rate, the losses at steps 0 .. sweep_steps (stopping at the
+// first non-finite one). Every rate starts from the same draw, so the first pass is made once.
+std::vector<std::vector<double>> sweep_losses(const PlacementOptions& o, const Data& data, Placement pl, ref::Op norm,
+                                              std::int64_t layers) {
+  const Stack s0 = make_stack(o, pl, norm, layers);
+  const Pass first = run_pass(s0, data, DType::float64);
+  std::vector<std::vector<double>> out;
+  for (double lr : o.sweep_lrs) {
+    Stack s = s0;
+    Optim opt(o, lr);
+    std::vector<double> losses{first.loss};
+    if (std::isfinite(first.loss)) opt.step(s, first);
+    for (std::int64_t t = 1; t <= o.sweep_steps && std::isfinite(losses.back()); ++t) {
+      const Pass p = run_pass(s, data, DType::float64, 1.0, t < o.sweep_steps);
+      losses.push_back(p.loss);
+      if (std::isfinite(p.loss) && t < o.sweep_steps) opt.step(s, p);
+    }
+    out.push_back(std::move(losses));
   }
-  return losses;
+  return out;
 }
 
 }  // namespace
@@ -886,14 +892,14 @@ StudyResult run_placement_study(const PlacementOptions& o) {
   StudyResult r;
   r.options = o;
   const Data data = make_data(o);
-  // Jobs: every stack of the study, then every (stack, rate) of the sweep; each writes its own
-  // slot, so the result does not depend on the threads.
+  // Jobs: every stack of the study, and every stack's sweep; each writes its own slot, so the
+  // result does not depend on the threads.
   struct Job {
     Placement p;
     ref::Op norm;
     std::int64_t layers;
     std::size_t slot;
-    std::int64_t rate;  // -1: the study's stack; else the sweep's rate index
+    std::int64_t rate;  // -1: the study's stack; 0: the stack's sweep
     double cost;        // layers x passes, to start the longest first
   };
   std::vector<Job> jobs;
@@ -910,9 +916,7 @@ StudyResult run_placement_study(const PlacementOptions& o) {
         r.sweep.emplace_back();
         SweepRun& sw = r.sweep.back();
         sw.placement = p, sw.norm = n, sw.layers = l;
-        sw.losses.resize(static_cast<std::size_t>(rates));
-        for (std::int64_t k = 0; k < rates; ++k)
-          jobs.push_back({p, n, l, r.sweep.size() - 1, k, static_cast<double>(l * (o.sweep_steps + 1))});
+        jobs.push_back({p, n, l, r.sweep.size() - 1, 0, static_cast<double>(l * (rates * o.sweep_steps + 1))});
       }
   // The longest jobs first, so that the last job to start is a short one.
   std::vector<std::size_t> order(jobs.size());
@@ -928,8 +932,7 @@ StudyResult run_placement_study(const PlacementOptions& o) {
         if (j.rate < 0)
           r.runs[j.slot] = run_stack(o, data, j.p, j.norm, j.layers);
         else
-          r.sweep[j.slot].losses[static_cast<std::size_t>(j.rate)] =
-              sweep_losses(o, data, j.p, j.norm, j.layers, o.sweep_lrs[static_cast<std::size_t>(j.rate)]);
+          r.sweep[j.slot].losses = sweep_losses(o, data, j.p, j.norm, j.layers);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!error) error = std::current_exception();
