@@ -140,6 +140,7 @@ constexpr const char* kScript = R"JS(
     var dropped = 0, any = false;
     var sets = series.map(function (s) {
       var lk = look(s.placement);
+      if (s.point) lk = [lk[0], s.point, s.dash || lk[2]];  // a second series of one placement
       var pts = s.points.filter(function (p) {
         var ok = isFinite(p.y) && (!log || p.y > 0);
         if (!ok) ++dropped;
@@ -224,7 +225,7 @@ constexpr const char* kScript = R"JS(
         .map(function (x) { x.label += ' FFN'; return x; });
       if (having('prenorm_attn').length)
         sums = sums.concat(perLayer(having('prenorm_attn'), step, function (s) { return s.prenorm_attn; })
-          .map(function (x) { x.label += ' attention'; return x; }));
+          .map(function (x) { x.label += ' attention'; x.point = 'star'; x.dash = [1, 3]; return x; }));
       plot(g, 'pre-norm sum ||αx + F(x)|| inside the block (post, deepnorm)' + head, 'layer', 'RMS over tokens', sums, true, false,
            'recomputed in float64 from the kernel\'s inputs; renormalized, it matches the kernel\'s output');
     }
