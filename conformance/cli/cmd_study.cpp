@@ -4,7 +4,9 @@
 // writes nothing.
 #include <fmt/core.h>
 
+#include <exception>
 #include <filesystem>
+#include <string>
 
 #include "commands.hpp"
 #include "normcheck/reports/study.hpp"
@@ -19,7 +21,8 @@ namespace fs = std::filesystem;
 struct StudyArgs {
   std::vector<std::string> placements{"post", "pre", "sandwich", "deepnorm"}, norms{"layernorm", "rmsnorm"};
   std::vector<std::string> lowp{"float16", "bfloat16"};
-  std::string activation = "relu", optimizer = "adam", json, html_dir, markdown;
+  std::vector<std::string> sweep_lr{"1e-4", "1e-3", "1e-2", "1e-1", "1"};
+  std::string activation = "relu", optimizer = "adam", model = "attention+ffn", json, html_dir, markdown;
   std::optional<double> alpha, beta;
   study::PlacementOptions o;
   bool force = false;
@@ -54,6 +57,22 @@ void parse(StudyArgs& a) {
   if (a.optimizer == "adam") o.optimizer = study::Optimizer::adam;
   else if (a.optimizer == "sgd") o.optimizer = study::Optimizer::sgd;
   else throw study::StudyInputError("--optimizer", fmt::format("unknown optimizer '{}' (adam, sgd)", a.optimizer));
+  const auto m = study::parse_model(a.model);
+  if (!m) throw study::StudyInputError("--model", fmt::format("unknown model '{}' (attention+ffn, ffn)", a.model));
+  o.model = *m;
+  o.sweep_lrs.clear();
+  for (const auto& s : a.sweep_lr) {
+    if (s == "none") continue;
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != s.size() || s.empty()) throw study::StudyInputError("--sweep-lr", fmt::format("'{}' is not a rate (or none)", s));
+    o.sweep_lrs.push_back(v);
+  }
   o.deepnorm_alpha = a.alpha;
   o.deepnorm_beta = a.beta;
   study::validate(o);
@@ -120,13 +139,15 @@ Runner add_study_command(CLI::App& app, std::vector<std::string>& argv_all) {
   auto* study = app.add_subcommand("study", "Studies of normalization placements, computed by the suite's own kernels");
   study->require_subcommand(1);
   auto* cmd = study->add_subcommand(
-      "placement", "Post-LN, Pre-LN, Sandwich and DeepNorm stacks: per-layer gradient and activation norms, the model "
-                   "update and low-precision overflow counts, checked against Xiong et al. 2020 and Wang et al. 2022 "
+      "placement", "Post-LN, Pre-LN, Sandwich and DeepNorm stacks of attention + FFN blocks: per-layer gradient and "
+                   "activation norms, the model update, low-precision overflow counts and the usable learning rates, checked against Xiong et al. 2020 and Wang et al. 2022 "
                    "(conformance/study/README.md)");
   auto& o = a->o;
   cmd->add_option("--placement", a->placements, "Placements, comma-separated (post,pre,sandwich,deepnorm)")->delimiter(',');
   cmd->add_option("--norm", a->norms, "Norms, comma-separated (layernorm,rmsnorm)")->delimiter(',');
   cmd->add_option("--layers", o.depths, "Depths L, comma-separated (6,12,24,48; 1 to 64)")->delimiter(',');
+  cmd->add_option("--model", a->model, "Each block: attention+ffn (default: self-attention then the FFN, as the papers) or ffn");
+  cmd->add_option("--heads", o.heads, "Attention heads (4; must divide --d-model)");
   cmd->add_option("--d-model", o.d_model, "Width d (32)");
   cmd->add_option("--d-ff", o.d_ff, "FFN width (128)");
   cmd->add_option("--tokens", o.tokens, "Tokens in the batch (16)");
@@ -141,9 +162,12 @@ Runner add_study_command(CLI::App& app, std::vector<std::string>& argv_all) {
       ->delimiter(',');
   cmd->add_option("--loss-scale", o.loss_scale, "Loss scale of the low-precision backward (65536, GradScaler's initial scale)");
   cmd->add_option("--lowp-every", o.lowp_every, "Count at every k-th step and the last too (0: at initialization only)");
+  cmd->add_option("--sweep-lr", a->sweep_lr,
+                  "Learning rates of the usable-rate sweep, comma-separated, or none (1e-4,1e-3,1e-2,1e-1,1)")->delimiter(',');
+  cmd->add_option("--sweep-steps", o.sweep_steps, "Optimizer steps per rate of the sweep (4)");
   cmd->add_option("--seed", o.seed, "Seed of the weights and the data");
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)");
-  cmd->add_option("--json", a->json, "Write the results file (normcheck-study-placement v1) here");
+  cmd->add_option("--json", a->json, "Write the results file (normcheck-study-placement v2) here");
   cmd->add_option("--html", a->html_dir, "Write the page, DIR/index.html");
   cmd->add_option("--markdown", a->markdown, "Write the Markdown summary here");
   cmd->add_flag("--force", a->force, "Replace existing output files");

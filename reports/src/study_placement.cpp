@@ -1,5 +1,5 @@
 // The placement study's page and Markdown summary, from its results file
-// (normcheck-study-placement v1). The page is one self-contained file like the conformance
+// (normcheck-study-placement v1 or v2; v2's fields are optional here). The page is one self-contained file like the conformance
 // report: Chart.js and the data inlined, nothing fetched; one plot per quantity with the layer
 // on the x axis and one line (own marker shape and dash) per placement; a page check at the
 // bottom (#nc-status) that the headless-Chromium test reads.
@@ -56,9 +56,9 @@ Json read_study(const std::string& text, const std::string& source) {
   if (!j.is_object()) r.fail("(root)", "expected an object");
   if (r.field(j, "", "format", Json::value_t::string) != kStudyPlacementFormat)
     r.fail("format", fmt::format("expected \"{}\"", kStudyPlacementFormat));
-  if (r.field(j, "", "format_version", Json::value_t::number_integer).get<int>() != kStudyPlacementVersion)
-    r.fail("format_version", fmt::format("expected {} (this normcheck reads version {} only)", kStudyPlacementVersion,
-                                         kStudyPlacementVersion));
+  const int version = r.field(j, "", "format_version", Json::value_t::number_integer).get<int>();
+  if (version < 1 || version > kStudyPlacementVersion)
+    r.fail("format_version", fmt::format("expected 1 to {} (the versions this normcheck reads), got {}", kStudyPlacementVersion, version));
   r.field(j, "", "options", Json::value_t::object);
   const Json& checks = r.field(j, "", "checks", Json::value_t::array);
   for (std::size_t i = 0; i < checks.size(); ++i)
@@ -79,6 +79,8 @@ Json read_study(const std::string& text, const std::string& source) {
       r.field(steps[s], q, "step", Json::value_t::number_integer);
       for (const char* f : {"grad_w1", "grad_w2", "act_in", "act_out", "block_update"})
         r.numbers(steps[s], q, f, static_cast<std::size_t>(layers));
+      for (const char* f : {"grad_wq", "grad_wk", "grad_wv", "grad_wo", "prenorm_attn", "prenorm_ffn"})  // version 2, optional
+        if (steps[s].contains(f)) r.numbers(steps[s], q, f, static_cast<std::size_t>(layers));
       if (!steps[s].contains("lowp")) continue;
       const Json& lp = r.field(steps[s], q, "lowp", Json::value_t::array);
       for (std::size_t k = 0; k < lp.size(); ++k) {
@@ -87,6 +89,25 @@ Json read_study(const std::string& text, const std::string& source) {
         for (const char* f : {"fwd_inf", "fwd_nan", "fwd_subnormal", "bwd_inf", "bwd_nan", "bwd_subnormal"})
           r.numbers(lp[k], w, f, static_cast<std::size_t>(layers + 1));
       }
+    }
+  }
+  if (j.contains("lr_sweep")) {  // version 2, optional
+    const Json& sw = r.field(j, "", "lr_sweep", Json::value_t::object);
+    const std::size_t rates = r.field(sw, "lr_sweep.", "lr", Json::value_t::array).size();
+    r.numbers(sw, "lr_sweep.", "lr", rates);
+    r.field(sw, "lr_sweep.", "steps", Json::value_t::number_integer);
+    r.field(sw, "lr_sweep.", "optimizer", Json::value_t::string);
+    r.field(sw, "lr_sweep.", "criterion", Json::value_t::string);
+    const Json& rows = r.field(sw, "lr_sweep.", "runs", Json::value_t::array);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::string p = fmt::format("lr_sweep.runs[{}].", i);
+      r.field(rows[i], p, "placement", Json::value_t::string);
+      r.field(rows[i], p, "norm", Json::value_t::string);
+      r.field(rows[i], p, "layers", Json::value_t::number_integer);
+      r.numbers(rows[i], p, "final_over_initial", rates);
+      if (r.field(rows[i], p, "usable", Json::value_t::array).size() != rates) r.fail(p + "usable", "expected one per rate");
+      for (const char* f : {"largest_usable_lr", "smallest_unusable_lr", "best_lr"})
+        if (!rows[i].contains(f) || !(rows[i].at(f).is_null() || rows[i].at(f).is_number())) r.fail(p + f, "expected a number or null");
     }
   }
   return j;
@@ -119,6 +140,7 @@ constexpr const char* kScript = R"JS(
     var dropped = 0, any = false;
     var sets = series.map(function (s) {
       var lk = look(s.placement);
+      if (s.point) lk = [lk[0], s.point, s.dash || lk[2]];  // a second series of one placement
       var pts = s.points.filter(function (p) {
         var ok = isFinite(p.y) && (!log || p.y > 0);
         if (!ok) ++dropped;
@@ -131,7 +153,8 @@ constexpr const char* kScript = R"JS(
     var yAxis = {title: {display: true, text: yTitle + (log ? ' (log)' : '')}};
     if (log) { yAxis.type = 'logarithmic'; yAxis.ticks = {callback: decade}; } else { yAxis.beginAtZero = true; }
     var xAxis = {type: logx ? 'logarithmic' : 'linear', title: {display: true, text: xTitle + (logx ? ' (log)' : '')}};
-    if (logx) xAxis.ticks = {callback: function (v) { return [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64].indexOf(v) >= 0 ? String(v) : ''; }};
+    if (logx === 'rate') xAxis.ticks = {callback: decade};
+    else if (logx) xAxis.ticks = {callback: function (v) { return [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64].indexOf(v) >= 0 ? String(v) : ''; }};
     var chart = make(parent, title, {type: 'scatter', data: {datasets: sets},
       options: {scales: {x: xAxis, y: yAxis}, plugins: {legend: {labels: {usePointStyle: true}}}}}, 460);
     var notes = [];
@@ -189,6 +212,23 @@ constexpr const char* kScript = R"JS(
     plot(g, 'activation leaving the block' + head, 'layer', 'RMS over tokens of ||x_l+1||',
          perLayer(runs, step, function (s) { return s.act_out; }), true);
     plot(g, 'what the block adds, ||x_l+1 - x_l||' + head, 'layer', 'RMS over tokens', perLayer(runs, step, function (s) { return s.block_update; }), true);
+    // Version 2: the attention projections' gradients, and post/deepnorm's pre-norm sums.
+    function having(field) { return runs.filter(function (r) { var s = stepOf(r, step); return s && s[field]; }); }
+    if (having('grad_wo').length) {
+      plot(g, '||dL/dWo||_F (attention output projection) per layer' + head, 'layer', '||dL/dWo||_F',
+           perLayer(having('grad_wo'), step, function (s) { return s.grad_wo; }), true);
+      plot(g, '||dL/dWv||_F (attention value projection) per layer' + head, 'layer', '||dL/dWv||_F',
+           perLayer(having('grad_wv'), step, function (s) { return s.grad_wv; }), true);
+    }
+    if (having('prenorm_ffn').length) {
+      var sums = perLayer(having('prenorm_ffn'), step, function (s) { return s.prenorm_ffn; })
+        .map(function (x) { x.label += ' FFN'; return x; });
+      if (having('prenorm_attn').length)
+        sums = sums.concat(perLayer(having('prenorm_attn'), step, function (s) { return s.prenorm_attn; })
+          .map(function (x) { x.label += ' attention'; x.point = 'star'; x.dash = [1, 3]; return x; }));
+      plot(g, 'pre-norm sum ||αx + F(x)|| inside the block (post, deepnorm)' + head, 'layer', 'RMS over tokens', sums, true, false,
+           'recomputed in float64 from the kernel\'s inputs; renormalized, it matches the kernel\'s output');
+    }
     var dtypes = [];
     runs.forEach(function (r) { var s = stepOf(r, step); ((s && s.lowp) || []).forEach(function (c) { if (dtypes.indexOf(c.dtype) < 0) dtypes.push(c.dtype); }); });
     var lp = document.createElement('div'); lp.className = 'plots'; box.appendChild(lp);
@@ -231,6 +271,22 @@ constexpr const char* kScript = R"JS(
       plot(d, '||ΔF|| = ||y(θ_t) - y(θ_0)|| against depth (' + norm + ', ' + when + ')', 'L, layers', 'RMS over tokens',
            acrossDepths(function (r) { var s = stepOf(r, step); return s ? s.model_update : NaN; }), true, true,
            'DeepNet: bounded for DeepNorm, growing for Post-LN');
+    if (data.lr_sweep) {
+      var sw = data.lr_sweep, rates = sw.lr;
+      var mine = sw.runs.filter(function (r) { return r.norm === norm; });
+      plot(d, 'final over initial loss against the learning rate (' + norm + ', L = ' + layers + ', ' + sw.steps + ' ' + sw.optimizer + ' steps)',
+           'learning rate', 'loss after / before', mine.filter(function (r) { return r.layers === layers; }).map(function (r) {
+             return {label: r.placement, placement: r.placement,
+                     points: r.final_over_initial.map(function (y, k) { return {x: rates[k], y: num(y)}; })};
+           }), true, 'rate', sw.criterion);
+      var byP = {};
+      mine.forEach(function (r) { (byP[r.placement] = byP[r.placement] || []).push(r); });
+      plot(d, 'largest usable learning rate against depth (' + norm + ')', 'L, layers', 'learning rate',
+           Object.keys(byP).map(function (p) {
+             return {label: p, placement: p, points: byP[p].map(function (r) { return {x: r.layers, y: r.largest_usable_lr === null ? NaN : r.largest_usable_lr}; })
+                       .sort(function (a, b) { return a.x - b.x; })};
+           }), true, true, 'on the grid ' + rates.join(', ') + '; a line at the top rate means every rate was usable');
+    }
     plot(d, 'training loss per step (' + norm + ', L = ' + layers + ')', 'step', 'loss',
          runs.map(function (r) { return {label: r.placement, placement: r.placement, points: r.steps.map(function (s) { return {x: s.step, y: num(s.loss)}; })}; }), true);
     state.views += 1;
@@ -264,8 +320,10 @@ std::string study_placement_html(const std::string& json_text, const std::string
   std::string s = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>normcheck study: residual placement</title>\n";
   s += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<style>" + std::string(kStyle) + "</style>\n</head><body>\n";
   s += "<h1>Residual placement study</h1>\n";
-  s += fmt::format("<p>Post-LN, Pre-LN, Sandwich and DeepNorm stacks of FFN blocks, run by normcheck's CPU block kernel "
+  const bool attention = j.at("options").value("model", std::string("ffn")) == "attention+ffn";
+  s += fmt::format("<p>Post-LN, Pre-LN, Sandwich and DeepNorm stacks of {} blocks, run by normcheck's CPU block and norm kernels "
                    "(float64 for the norms; low-precision compute for the counts). Written by {}: <code>{}</code></p>\n",
+                   attention ? "self-attention + FFN" : "FFN-only",
                    html_escape(j.value("generator", std::string("?"))), html_escape(j.value("command", std::string())));
   s += "<p>Options: " + options_text(j.at("options")) + "</p>\n";
   s += "<h2>Checked against the papers</h2>\n<table><tr><th>check</th><th>claim</th><th>source</th><th>status</th><th>measured</th></tr>\n";
@@ -277,11 +335,15 @@ std::string study_placement_html(const std::string& json_text, const std::string
   s += "<h2>Per layer and across depths</h2>\n<p>One line per placement (each with its own marker shape and dash). "
        "<label>Norm <select id=\"nc-norm\"></select></label> <label>Depth <select id=\"nc-layers\"></select></label> "
        "<label>When <select id=\"nc-step\"></select></label></p>\n<div id=\"nc-plots\"></div>\n";
-  s += "<h2>What this study does not show</h2>\n<ul><li>Attention is not modelled: each block is one position-wise FFN "
-       "sublayer with its norm(s). Xiong et al.'s Figure 3 and DeepNet's experiments are of full Transformers.</li>"
-       "<li>The data are synthetic (Gaussian inputs, a random linear teacher), a few tokens, a few steps: early "
+  s += std::string("<h2>What this study does not show</h2>\n<ul><li>") +
+       (attention ? "The model is a small encoder (one short sequence, no masking, no embeddings, no dropout), not the papers' "
+                    "translation Transformers; one seed."
+                  : "Attention is not modelled: each block is one position-wise FFN sublayer with its norm(s). Xiong et al.'s "
+                    "Figure 3 and DeepNet's experiments are of full Transformers.") +
+       "</li><li>The data are synthetic (Gaussian inputs, a random linear teacher), a few tokens, a few steps: early "
        "training only, no claim about final quality.</li><li>No placement is always better: the outcome depends on depth, "
-       "initialization, residual scaling, warmup, optimizer, learning rate and precision.</li></ul>\n";
+       "initialization, residual scaling, warmup, optimizer, learning rate and precision. Every output here is normalized, so "
+       "the loss cannot blow up: an unusable rate shows as a loss that rises above where it started.</li></ul>\n";
   s += "<p id=\"nc-status\" data-status=\"not-run\">page check: the page's script did not run</p>\n";
   s += plot_library.empty() ? "<p>No plots: the plotting library was not available when this page was written.</p>\n"
                             : "<p style=\"font-size:12px;color:#555\">Plots drawn with Chart.js (MIT License; its license "
@@ -303,9 +365,10 @@ std::string study_placement_markdown(const std::string& json_text, const std::st
                      text::md_cell(c.at("measured").get<std::string>()));
   s += "\n## Per stack\n\nAt initialization: `||dL/dW2||` of the first and last layer, the activation norm "
        "entering the last layer; `||ΔF||` after the first step and the loss at the first and last step; "
-       "inf/NaN counts (forward + backward, all layers) at initialization per low-precision dtype.\n\n";
-  s += "| placement | norm | L | first ‖dW2‖ | last ‖dW2‖ | last act_in | ‖ΔF‖ step 1 | loss | low precision inf / NaN |\n"
-       "|---|---|---|---|---|---|---|---|---|\n";
+       "inf/NaN counts (forward + backward, all layers) at initialization per low-precision dtype; for post and deepnorm "
+       "(version 2) the last layer's pre-norm sum ‖αz + F(z)‖ at initialization.\n\n";
+  s += "| placement | norm | L | first ‖dW2‖ | last ‖dW2‖ | last act_in | ‖ΔF‖ step 1 | loss | low precision inf / NaN | last pre-norm sum |\n"
+       "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : j.at("runs")) {
     const Json& st = r.at("steps");
     const Json& s0 = st.front();
@@ -320,13 +383,36 @@ std::string study_placement_markdown(const std::string& json_text, const std::st
           for (const auto& v : c.at(f)) nan += v.is_number() ? v.get<std::int64_t>() : 0;
         lowp += fmt::format("{}{} {} / {}", lowp.empty() ? "" : "; ", c.at("dtype").get<std::string>(), inf, nan);
       }
-    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} → {} | {} |\n", r.at("placement").get<std::string>(),
+    const std::string prenorm = s0.contains("prenorm_ffn") && s0.at("prenorm_ffn").size() == L ? num(s0.at("prenorm_ffn").at(L - 1)) : "—";
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} → {} | {} | {} |\n", r.at("placement").get<std::string>(),
                      r.at("norm").get<std::string>(), L, num(s0.at("grad_w2").front()), num(s0.at("grad_w2").at(L - 1)),
                      num(s0.at("act_in").at(L - 1)), st.size() > 1 ? num(st.at(1).at("model_update")) : "—",
-                     num(s0.at("loss")), num(st.back().at("loss")), lowp.empty() ? "—" : lowp);
+                     num(s0.at("loss")), num(st.back().at("loss")), lowp.empty() ? "—" : lowp, prenorm);
   }
-  s += "\n## What this study does not show\n\nAttention is not modelled (each block is one FFN sublayer with its "
-       "norms); the data are synthetic and the training is a few steps; no placement is always better — results depend "
+  if (j.contains("lr_sweep")) {
+    const Json& sw = j.at("lr_sweep");
+    s += fmt::format("\n## Usable learning rates\n\n{} {} steps per rate; {}. Final over initial loss per rate.\n\n",
+                     sw.at("steps").get<std::int64_t>(), sw.at("optimizer").get<std::string>(), sw.at("criterion").get<std::string>());
+    s += "| placement | norm | L | largest usable | first unusable | lowest final loss at |";
+    for (const auto& lr : sw.at("lr")) s += fmt::format(" {} |", num(lr));
+    s += "\n|---|---|---|---|---|---|";
+    for (std::size_t k = 0; k < sw.at("lr").size(); ++k) s += "---|";
+    s += "\n";
+    auto lr_or = [](const Json& v) { return v.is_null() ? std::string("—") : num(v); };
+    for (const auto& r : sw.at("runs")) {
+      s += fmt::format("| {} | {} | {} | {} | {} | {} |", r.at("placement").get<std::string>(), r.at("norm").get<std::string>(),
+                       r.at("layers").get<std::int64_t>(), lr_or(r.at("largest_usable_lr")), lr_or(r.at("smallest_unusable_lr")),
+                       lr_or(r.at("best_lr")));
+      for (std::size_t k = 0; k < r.at("final_over_initial").size(); ++k)
+        s += fmt::format(" {}{} |", num(r.at("final_over_initial")[k]), r.at("usable")[k].get<bool>() ? "" : " ✗");
+      s += "\n";
+    }
+  }
+  const bool attention = j.at("options").value("model", std::string("ffn")) == "attention+ffn";
+  s += std::string("\n## What this study does not show\n\n") +
+       (attention ? "The model is a small encoder (one short sequence, no masking, embeddings or dropout), one seed; "
+                  : "Attention is not modelled (each block is one FFN sublayer with its norms); ") +
+       "the data are synthetic and the training is a few steps; no placement is always better — results depend "
        "on depth, initialization, residual scaling, warmup, optimizer, learning rate and precision.\n";
   return s;
 }

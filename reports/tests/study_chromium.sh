@@ -11,7 +11,7 @@ rm -rf "$work" && mkdir -p "$work"
 virtual_time_budget=20000
 source "$(dirname "$0")/chromium_common.sh"
 
-"$nc" study placement --layers 6,12,24 --steps 2 --lowp-every 1 --json "$work/study.json" --html "$work/page" \
+"$nc" study placement --layers 6,12,24 --steps 2 --lowp-every 1 --sweep-lr 1e-3,1e-1 --sweep-steps 2 --json "$work/study.json" --html "$work/page" \
   --markdown "$work/study.md" >"$work/study.out" 2>&1
 check "study placement --html: exit 0" test $? = 0
 dir="$work/page"
@@ -28,9 +28,10 @@ check "no blank plot" grep -q 'data-blank="0"' <<<"$status"
 views="$(sed -n 's/.*data-views="\([0-9]*\)".*/\1/p' <<<"$status")"
 plots="$(sed -n 's/.*data-charts="\([0-9]*\)".*/\1/p' <<<"$status")"
 # 2 norms x 3 depths x 2 steps in the self-test, then the default view; each view 5 per-layer
-# plots, 3 per low-precision dtype (2), 2 or 3 across depths.
+# plots, 2 of the attention projections, 1 of the pre-norm sums, 3 per low-precision dtype (2),
+# 2 across depths (3 after a step), 2 of the learning-rate sweep.
 check "every view drawn ($views of 13)" test "${views:-0}" -eq 13
-check "at least 13 x 13 plots drawn ($plots)" test "${plots:-0}" -ge 169
+check "at least 7 x 18 + 6 x 19 plots drawn ($plots)" test "${plots:-0}" -ge 240
 check "the checks table is on the page" grep -q 'pre_over_post_last_layer_exponent' "$work/dom.html"
 check "no console error in chromium's log" \
   bash -c "! grep -E 'CONSOLE|Uncaught' '$work/chromium.log' | grep -v 'dbus' | grep -q ."

@@ -22,6 +22,20 @@ nlohmann::ordered_json minimal() {
           {"runs", {{{"placement", "post"}, {"norm", "layernorm"}, {"layers", 2}, {"steps", {step}}}}}};
 }
 
+// Version 2: attention gradients, pre-norm sums and the learning-rate sweep.
+nlohmann::ordered_json minimal2() {
+  auto j = minimal();
+  j["format_version"] = 2;
+  j["options"]["model"] = "attention+ffn";
+  auto& st = j["runs"][0]["steps"][0];
+  for (const char* f : {"grad_wq", "grad_wk", "grad_wv", "grad_wo", "prenorm_attn", "prenorm_ffn"}) st[f] = {1, 2};
+  j["lr_sweep"] = {{"lr", {0.01, 1}}, {"steps", 4}, {"optimizer", "adam"}, {"criterion", "usable: below the start"},
+                   {"runs", {{{"placement", "post"}, {"norm", "layernorm"}, {"layers", 2}, {"usable", {true, false}},
+                              {"final_over_initial", {0.5, 1.2}}, {"largest_usable_lr", 0.01}, {"smallest_unusable_lr", 1},
+                              {"best_lr", 0.01}}}}};
+  return j;
+}
+
 std::string error_of(const nlohmann::ordered_json& j) {
   try {
     study_placement_markdown(j.dump(), "s.json");
@@ -47,14 +61,33 @@ TEST(StudyPage, MinimalFileRenders) {
   EXPECT_NE(page.find("<\\/script><b>x"), std::string::npos);
 }
 
+TEST(StudyPage, Version2FileRendersTheSweep) {
+  const std::string md = study_placement_markdown(minimal2().dump(), "s.json");
+  EXPECT_NE(md.find("## Usable learning rates"), std::string::npos) << md;
+  EXPECT_NE(md.find("| post | layernorm | 2 | 0.01 | 1 | 0.01 | 0.5 | 1.2 ✗ |"), std::string::npos) << md;
+  EXPECT_NE(md.find("small encoder"), std::string::npos) << md;
+  EXPECT_NE(md.find("| float16 4 / 9 | 2 |"), std::string::npos) << md;  // the last layer's pre-norm sum
+  const std::string html = study_placement_html(minimal2().dump(), "s.json", "", "");
+  EXPECT_NE(html.find("self-attention + FFN blocks"), std::string::npos);
+}
+
 TEST(StudyPage, BadFilesNameTheField) {
   EXPECT_NE(error_of(nlohmann::ordered_json::array()).find("s.json: (root): expected an object"), std::string::npos);
   auto j = minimal();
   j["format"] = "normcheck-results";
   EXPECT_NE(error_of(j).find("s.json: format: expected \"normcheck-study-placement\""), std::string::npos);
   j = minimal();
-  j["format_version"] = 2;
+  j["format_version"] = 3;
   EXPECT_NE(error_of(j).find("format_version"), std::string::npos);
+  j = minimal2();
+  j["runs"][0]["steps"][0]["prenorm_ffn"] = {1};
+  EXPECT_NE(error_of(j).find("runs[0].steps[0].prenorm_ffn: expected 2 values"), std::string::npos);
+  j = minimal2();
+  j["lr_sweep"]["runs"][0]["usable"] = {true};
+  EXPECT_NE(error_of(j).find("lr_sweep.runs[0].usable"), std::string::npos);
+  j = minimal2();
+  j["lr_sweep"]["runs"][0]["largest_usable_lr"] = "big";
+  EXPECT_NE(error_of(j).find("lr_sweep.runs[0].largest_usable_lr: expected a number or null"), std::string::npos);
   j = minimal();
   j["runs"][0]["steps"][0]["grad_w2"] = {1};
   EXPECT_NE(error_of(j).find("runs[0].steps[0].grad_w2: expected 2 values (one per layer), got 1"), std::string::npos);

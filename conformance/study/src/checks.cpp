@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "normcheck/study/placement.hpp"
 
@@ -58,6 +59,15 @@ std::vector<std::int64_t> depths_from(const StudyResult& r, std::int64_t min_lay
   std::sort(d.begin(), d.end());
   d.erase(std::unique(d.begin(), d.end()), d.end());
   return d;
+}
+
+// The rate of the lowest final loss (null when no run finished).
+Json best_lr(const std::vector<double>& lrs, const SweepRun& w) {
+  Json best(nullptr);
+  double low = std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < w.losses.size(); ++k)
+    if (!w.losses[k].empty() && std::isfinite(w.losses[k].back()) && w.losses[k].back() < low) low = w.losses[k].back(), best = lrs[k];
+  return best;
 }
 
 }  // namespace
@@ -188,6 +198,42 @@ std::vector<PaperCheck> paper_checks(const StudyResult& r) {
     }
     out.push_back(std::move(c));
   }
+  // Xiong et al., Sections 1 and 3.4: Pre-LN trains without the warm-up stage, at larger rates,
+  // where Post-LN needs warm-up. Measured on the sweep: Pre-LN's largest usable rate above
+  // Post-LN's at every depth and norm (the sweep's grid is coarse; ties fail).
+  {
+    PaperCheck c{"pre_usable_lr_above_post", xiong + ", Sections 1 and 3.4 (no warm-up, larger learning rates)",
+                 "Without warm-up, Pre-LN still trains at larger learning rates than Post-LN.", "not evaluated", "",
+                 Json::array()};
+    auto sweep_of = [&](Placement p, ref::Op n, std::int64_t L) -> const SweepRun* {
+      for (const auto& w : r.sweep)
+        if (w.placement == p && w.norm == n && w.layers == L) return &w;
+      return nullptr;
+    };
+    if (!r.sweep.empty() && has(o.placements, Placement::pre) && has(o.placements, Placement::post)) {
+      bool ok = true;
+      std::string words;
+      auto lr_text = [](const std::optional<double>& v) { return v ? fmt::format("{:g}", *v) : std::string("none"); };
+      auto lr_json = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
+      for (auto n : o.norms)
+        for (auto L : ds) {
+          const SweepRun *pre = sweep_of(Placement::pre, n, L), *post = sweep_of(Placement::post, n, L);
+          const double a = pre->largest_usable.value_or(0), b = post->largest_usable.value_or(0);
+          ok &= a > b;
+          c.values.push_back(Json{{"norm", ref::name_of(n)}, {"layers", L}, {"pre_largest_usable_lr", lr_json(pre->largest_usable)},
+                                  {"post_largest_usable_lr", lr_json(post->largest_usable)},
+                                  {"pre_smallest_unusable_lr", lr_json(pre->smallest_unusable)},
+                                  {"post_smallest_unusable_lr", lr_json(post->smallest_unusable)}});
+          words += fmt::format("{}{} L={}: pre {} / post {} (first unusable: {} / {})", words.empty() ? "" : "; ", ref::name_of(n), L,
+                               lr_text(pre->largest_usable), lr_text(post->largest_usable), lr_text(pre->smallest_unusable),
+                               lr_text(post->smallest_unusable));
+        }
+      c.status = ok ? "reproduced" : "not reproduced";
+      c.measured = fmt::format("largest usable {} rate on the grid after {} steps (Pre-LN's above Post-LN's wanted): {}",
+                               name_of(o.optimizer), o.sweep_steps, words);
+    }
+    out.push_back(std::move(c));
+  }
   return out;
 }
 
@@ -204,6 +250,8 @@ Json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks, const 
   for (auto p : o.placements) opt["placements"].push_back(name_of(p));
   for (auto n : o.norms) opt["norms"].push_back(ref::name_of(n));
   opt["layers"] = o.depths;
+  opt["model"] = name_of(o.model);
+  if (o.model == Model::attention_ffn) opt["heads"] = o.heads;
   opt["d_model"] = o.d_model;
   opt["d_ff"] = o.d_ff;
   opt["tokens"] = o.tokens;
@@ -219,6 +267,8 @@ Json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks, const 
   opt["loss_scale"] = o.loss_scale;
   opt["lowp_every"] = o.lowp_every;
   opt["seed"] = o.seed;
+  opt["sweep_lr"] = o.sweep_lrs;
+  opt["sweep_steps"] = o.sweep_steps;
   j["options"] = std::move(opt);
   Json cs = Json::array();
   for (const auto& c : checks)
@@ -234,6 +284,11 @@ Json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks, const 
       Json st{{"step", s.step}, {"loss", number(s.loss)}, {"model_update", number(s.model_update)},
               {"grad_w1", numbers(s.grad_w1)}, {"grad_w2", numbers(s.grad_w2)}, {"act_in", numbers(s.act_in)},
               {"act_out", numbers(s.act_out)}, {"block_update", numbers(s.block_update)}};
+      if (!s.grad_wq.empty())
+        for (auto [k, v] : {std::pair{"grad_wq", &s.grad_wq}, {"grad_wk", &s.grad_wk}, {"grad_wv", &s.grad_wv}, {"grad_wo", &s.grad_wo}})
+          st[k] = numbers(*v);
+      if (!s.prenorm_attn.empty()) st["prenorm_attn"] = numbers(s.prenorm_attn);
+      if (!s.prenorm_ffn.empty()) st["prenorm_ffn"] = numbers(s.prenorm_ffn);
       if (!s.lowp.empty()) {
         Json lp = Json::array();
         for (const auto& c : s.lowp)
@@ -245,9 +300,32 @@ Json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks, const 
       steps.push_back(std::move(st));
     }
     x["steps"] = std::move(steps);
+    if (run.prenorm_recheck >= 0) x["prenorm_recheck"] = number(run.prenorm_recheck);
     runs.push_back(std::move(x));
   }
   j["runs"] = std::move(runs);
+  if (!r.sweep.empty()) {
+    Json sw{{"lr", o.sweep_lrs}, {"steps", o.sweep_steps}, {"optimizer", name_of(o.optimizer)},
+            {"criterion", "usable: every loss finite and every loss after step 0 below the initial loss (training decreases "
+                          "the loss and no step takes it above where it started)"}};
+    Json rows = Json::array();
+    for (const auto& w : r.sweep) {
+      Json losses = Json::array(), ratio = Json::array();
+      for (const auto& l : w.losses) {
+        losses.push_back(numbers(l));
+        ratio.push_back(number(l.size() == static_cast<std::size_t>(o.sweep_steps + 1) ? l.back() / l.front()
+                                                                                        : std::numeric_limits<double>::quiet_NaN()));
+      }
+      rows.push_back(Json{{"placement", name_of(w.placement)}, {"norm", ref::name_of(w.norm)}, {"layers", w.layers},
+                          {"usable", w.usable}, {"final_over_initial", ratio},
+                          {"largest_usable_lr", w.largest_usable ? Json(*w.largest_usable) : Json(nullptr)},
+                          {"smallest_unusable_lr", w.smallest_unusable ? Json(*w.smallest_unusable) : Json(nullptr)},
+                          {"best_lr", best_lr(o.sweep_lrs, w)},
+                          {"losses", losses}});
+    }
+    sw["runs"] = std::move(rows);
+    j["lr_sweep"] = std::move(sw);
+  }
   return j;
 }
 

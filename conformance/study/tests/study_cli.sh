@@ -36,6 +36,11 @@ bad "float64 as low precision" "--lowp" --lowp float64
 bad "negative lr" "--lr" --lr -0.1
 bad "deepnorm alpha 0" "--deepnorm-alpha" --deepnorm-alpha 0
 bad "not a number" "--d-model" --d-model abc
+bad "unknown model" "--model" --model transformer
+bad "heads not dividing d" "--heads" --heads 5
+bad "sweep rate 0" "--sweep-lr" --sweep-lr 1e-3,0
+bad "sweep rate not a number" "--sweep-lr" --sweep-lr 1e-3,fast
+bad "sweep steps 0" "--sweep-steps" --sweep-steps 0
 
 "$nc" "${small[@]}" --json "$work/r.json" --markdown "$work/s.md" >"$work/run.out" 2>&1
 check "small study: exit 0" test $? = 0
@@ -43,21 +48,40 @@ check "small study: prints the checks" grep -q "pre_over_post_last_layer_exponen
 check "results file: format, version, runs, checks, per-layer arrays" "$py" - "$work/r.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert j["format"] == "normcheck-study-placement" and j["format_version"] == 1, j["format"]
+assert j["format"] == "normcheck-study-placement" and j["format_version"] == 2, j["format"]
+assert j["options"]["model"] == "attention+ffn" and j["options"]["heads"] == 4, j["options"]
 assert len(j["runs"]) == 4 * 2 * 2, len(j["runs"])
+sw = j["lr_sweep"]
+assert sw["lr"] == [1e-4, 1e-3, 1e-2, 1e-1, 1] and sw["steps"] == 4, sw["lr"]
+assert len(sw["runs"]) == 16 and all(len(r["usable"]) == 5 and len(r["losses"][0]) == 5 for r in sw["runs"])
+assert [c["id"] for c in j["checks"]][-1] == "pre_usable_lr_above_post"
 assert [c["id"] for c in j["checks"]][0] == "post_grad_grows_with_layer"
 for r in j["runs"]:
     assert len(r["steps"]) == 3
+    post_like = r["placement"] in ("post", "deepnorm")
+    assert ("prenorm_recheck" in r) == post_like and r.get("prenorm_recheck", 0) <= 1e-12
     for s in r["steps"]:
-        for f in ("grad_w1", "grad_w2", "act_in", "act_out", "block_update"):
+        for f in ("grad_w1", "grad_w2", "act_in", "act_out", "block_update", "grad_wq", "grad_wk", "grad_wv", "grad_wo"):
             assert len(s[f]) == r["layers"], (f, r["layers"])
+        for f in ("prenorm_attn", "prenorm_ffn"):
+            assert len(s.get(f, [])) == (r["layers"] if post_like else 0), (f, r["placement"])
         assert [c["dtype"] for c in s["lowp"]] == ["float16", "bfloat16"]
         assert len(s["lowp"][0]["bwd_inf"]) == r["layers"] + 1
     assert r["steps"][0]["model_update"] == 0 and r["steps"][1]["model_update"] > 0
     assert (r["placement"] == "deepnorm") == (r["alpha"] != 1)
 PY
 check "markdown: the checks and a row per stack" \
-  bash -c "grep -q '## Checked against the papers' '$work/s.md' && test \$(grep -c '^| \\(post\\|pre\\|sandwich\\|deepnorm\\) |' '$work/s.md') = 16"
+  bash -c "grep -q '## Checked against the papers' '$work/s.md' && grep -q '## Usable learning rates' '$work/s.md' && test \$(grep -c '^| \\(post\\|pre\\|sandwich\\|deepnorm\\) |' '$work/s.md') = 32"
+
+"$nc" study placement --model ffn --layers 2 --d-model 8 --d-ff 16 --tokens 4 --steps 1 --sweep-lr none --lowp none \
+  --json "$work/ffn.json" >/dev/null 2>&1
+check "--model ffn --sweep-lr none: no attention fields, no sweep" "$py" - "$work/ffn.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["options"]["model"] == "ffn" and "heads" not in j["options"] and "lr_sweep" not in j
+assert all("grad_wq" not in s and "prenorm_attn" not in s for r in j["runs"] for s in r["steps"])
+assert all(("prenorm_ffn" in r["steps"][0]) == (r["placement"] in ("post", "deepnorm")) for r in j["runs"])
+PY
 
 sum="$(md5sum <"$work/r.json")"
 "$nc" study placement --layers 3 --d-model 8 --d-ff 16 --tokens 4 --steps 1 --json "$work/r.json" >"$work/again.out" 2>&1

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -21,9 +22,14 @@ namespace normcheck::study {
 
 enum class Placement : std::uint8_t { post, pre, sandwich, deepnorm };
 enum class Optimizer : std::uint8_t { sgd, adam };
+// What one block holds: self-attention then the FFN, each a sublayer with its norm(s) in the
+// placement, as the papers' Transformer layers; or the FFN sublayer alone.
+enum class Model : std::uint8_t { attention_ffn, ffn };
 
 std::string_view name_of(Placement p);
 std::string_view name_of(Optimizer o);
+std::string_view name_of(Model m);
+std::optional<Model> parse_model(std::string_view s);
 std::optional<Placement> parse_placement(std::string_view s);
 ref::Block block_of(Placement p);
 
@@ -41,11 +47,14 @@ class StudyInputError : public std::runtime_error {
 inline constexpr std::int64_t kMinDModel = 2, kMaxDModel = 8192;
 inline constexpr std::int64_t kMaxDff = 65536, kMaxTokens = 4096, kMaxSteps = 1000;
 inline constexpr std::int64_t kMaxLayers = ref::kMaxLayers;  // 64
+inline constexpr std::int64_t kMaxSweepPoints = 64;
 
 struct PlacementOptions {
   std::vector<Placement> placements{Placement::post, Placement::pre, Placement::sandwich, Placement::deepnorm};
   std::vector<ref::Op> norms{ref::Op::layernorm, ref::Op::rmsnorm};
   std::vector<std::int64_t> depths{6, 12, 24, 48};
+  Model model = Model::attention_ffn;
+  std::int64_t heads = 4;  // attention heads; d_model must be a multiple
   std::int64_t d_model = 32, d_ff = 128, tokens = 16;
   ref::Activation activation = ref::Activation::relu;  // Xiong et al.'s analysis is of a ReLU FFN
   double epsilon = 1e-5;
@@ -59,6 +68,10 @@ struct PlacementOptions {
   std::vector<ref::DType> lowp{ref::DType::float16, ref::DType::bfloat16};
   double loss_scale = 65536.0;
   std::int64_t lowp_every = 0;
+  // The learning-rate sweep: each rate trains every stack for sweep_steps steps of the optimizer
+  // (README.md "Usable learning rates"); empty: no sweep.
+  std::vector<double> sweep_lrs{1e-4, 1e-3, 1e-2, 1e-1, 1.0};
+  std::int64_t sweep_steps = 4;
   std::uint64_t seed = 20260;
   int threads = 0;                     // 0: std::thread::hardware_concurrency()
   std::int64_t memory_limit_bytes = 0;  // 0: half the machine's physical memory
@@ -75,10 +88,13 @@ double deepnorm_beta(const PlacementOptions& o, std::int64_t layers);
 
 // ---- one stack --------------------------------------------------------------------------
 
-// One layer's parameters (binary64): FFN W1 [F, D], b1 [F], W2 [D, F], b2 [D], the norms'
-// weight and bias [K, D] (K = 2 for sandwich).
+// One layer's parameters (binary64): FFN W1 [F, D], b1 [F], W2 [D, F], b2 [D], the FFN
+// sublayer's norms' weight and bias [K, D] (K = 2 for sandwich); with attention, the projections
+// Wq, Wk, Wv, Wo [D, D] (out x in, y = W v + b), their biases [D] and the attention sublayer's
+// norms' weight and bias [K, D] (all empty for the FFN-only model).
 struct LayerParams {
   std::vector<double> w1, b1, w2, b2, weight, bias;
+  std::vector<double> wq, bq, wk, bk, wv, bv, wo, bo, attn_weight, attn_bias;
 };
 
 // A stack: the placement, the norm, L layers, and the final norm of pre and sandwich (Xiong et
@@ -89,14 +105,17 @@ struct Stack {
   ref::Activation activation = ref::Activation::relu;
   double epsilon = 1e-5, alpha = 1.0, beta = 1.0;
   std::int64_t d = 0, f = 0;
+  bool attention = false;
+  std::int64_t heads = 1;
   std::vector<LayerParams> layers;
   bool final_norm = false;
   std::vector<double> final_weight, final_bias;  // [D]
 };
 
-// Xavier-normal FFN weights (std = gain sqrt(2 / (fan_in + fan_out)), gain beta for deepnorm,
-// 1 otherwise), zero biases, norm weights 1 and biases 0. The weights of layer l depend on
-// (seed, L, l, D, F) only, so that every placement and norm of a depth starts from the same draw.
+// Xavier-normal weights (std = gain sqrt(2 / (fan_in + fan_out)); gain beta for deepnorm's FFN,
+// value and output projections (DeepNet), 1 otherwise), zero biases, norm weights 1 and biases
+// 0. The FFN weights of layer l depend on (seed, L, l, D, F) only and the attention weights on
+// (seed, L, l, D), so that every placement, norm and model of a depth starts from the same draw.
 Stack make_stack(const PlacementOptions& o, Placement p, ref::Op norm, std::int64_t layers);
 
 // The synthetic data: tokens × D inputs x ~ N(0, 1), and the regression target t = x A with
@@ -111,8 +130,14 @@ Data make_data(const PlacementOptions& o);
 // one dtype (x, parameters, output and compute all `dtype`; parameters and inputs rounded to
 // it), one block-kernel call per layer and direction. The backward's dy is multiplied by
 // `loss_scale`. Gradients of the parameters are the kernel's (scaled by loss_scale).
+struct AttnCache;  // a layer's attention forward state, for its backward (placement.cpp)
 struct Pass {
   std::vector<std::vector<double>> acts;  // acts[l]: the input of layer l [tokens, D]; acts[L] the stack's output
+  // mids[l]: the input of layer l's FFN sublayer (the attention sublayer's output; acts[l]
+  // without attention). attn_h[l]: for post and deepnorm with attention, the attention
+  // sublayer's pre-norm sum alpha x + A(x) as the norm kernel returns it (residual_out).
+  std::vector<std::vector<double>> mids, attn_h;
+  std::vector<std::shared_ptr<const AttnCache>> attn;
   std::vector<double> y;                  // the model output (after the final norm, if any)
   double loss = 0;
   std::vector<std::vector<double>> dacts;  // dacts[l]: gradient at acts[l] (the kernels' dx, dy of layer l-1)
@@ -145,6 +170,12 @@ struct StepStats {
   // output and of what the block adds to its input, ||x_{l+1} - x_l||. Activation norms are the
   // root mean square over tokens of each token's L2 norm (||X||_F / sqrt(tokens)).
   std::vector<double> grad_w1, grad_w2, act_in, act_out, block_update;
+  // With attention: ||dL/dW|| of the four projections per layer (empty without).
+  std::vector<double> grad_wq, grad_wk, grad_wv, grad_wo;
+  // Post and deepnorm: the norm of each sublayer's pre-norm sum alpha x + F(x), recomputed in
+  // float64 (empty for pre and sandwich, whose sums are the stream itself; prenorm_attn empty
+  // without attention).
+  std::vector<double> prenorm_attn, prenorm_ffn;
   std::vector<LowpCounts> lowp;  // empty at steps without counts
 };
 
@@ -155,11 +186,31 @@ struct StackRun {
   double alpha = 1.0, beta = 1.0;
   bool final_norm = false;
   std::vector<StepStats> steps;  // 0 (init) .. options.steps
+  // Post and deepnorm: the largest difference, over steps, layers and sublayers, between the
+  // kernel's normalized output and the float64 recomputation Norm(alpha x + F(x)), relative to
+  // the largest output; and for the attention sublayer the kernel's residual_out against the
+  // recomputed sum. -1 where not measured.
+  double prenorm_recheck = -1;
 };
+
+// One stack trained at each rate of the sweep: the loss after each step, and whether the rate
+// is usable (README.md "Usable learning rates": every loss finite, every loss after the first
+// step below the initial loss).
+struct SweepRun {
+  Placement placement = Placement::post;
+  ref::Op norm = ref::Op::layernorm;
+  std::int64_t layers = 0;
+  std::vector<std::vector<double>> losses;  // per rate: steps 0 .. sweep_steps
+  std::vector<bool> usable;                 // per rate
+  std::optional<double> largest_usable;     // none when no rate is usable
+  std::optional<double> smallest_unusable;  // none when every rate is usable
+};
+bool usable_losses(const std::vector<double>& losses);
 
 struct StudyResult {
   PlacementOptions options;
   std::vector<StackRun> runs;  // placements × norms × depths, in that order
+  std::vector<SweepRun> sweep;  // the same order; empty without a sweep
   double seconds = 0;
 };
 
@@ -174,9 +225,9 @@ struct PaperCheck {
 };
 std::vector<PaperCheck> paper_checks(const StudyResult& r);
 
-// The results file, format `normcheck-study-placement` version 1 (README.md "Results file").
+// The results file, format `normcheck-study-placement` version 2 (README.md "Results file").
 inline constexpr const char* kResultsFormat = "normcheck-study-placement";
-inline constexpr int kResultsVersion = 1;
+inline constexpr int kResultsVersion = 2;
 nlohmann::ordered_json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks,
                                const std::string& command, const std::string& generator);
 
