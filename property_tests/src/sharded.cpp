@@ -153,13 +153,6 @@ void scale_gradients(ref::Case& c) {
   for (double& v : dy.data) v = std::ldexp(v, k);
 }
 
-// The allowances check_sharded judges with: the tolerance model's, widened by the sharding term.
-std::map<std::string, conf::OutputAllowance> sharded_allowances(const ref::Case& c, const shard::Plan& p) {
-  auto allow = conf::derive_allowances(c);
-  shard::widen_for_plan(allow, c, p);
-  return allow;
-}
-
 void sharded_agreement(Context& ctx) {
   auto d = draw_case(ctx.cand.info().caps, sharded_limits(ctx));
   scale_gradients(d.c);
@@ -226,7 +219,7 @@ void sharded_faults_rejected(Context& ctx) {
   if (const auto why = shard::fault_inapplicable(f, d.c, plan); !why.empty())
     RC_DISCARD(fmt::format("fault {} does not apply: {}", f.name, why));
   const auto faulty = shard::emulate(d.c, plan, f.name);
-  const auto effect = visible_effect(shard::emulate(d.c, plan), faulty, sharded_allowances(d.c, plan));
+  const auto effect = visible_effect(shard::emulate(d.c, plan), faulty, shard::sharded_allowances(d.c, plan));
   if (!effect) RC_DISCARD("the fault moves no output beyond twice its allowance on this draw");
   const auto res = shard::check_sharded(reference_case(d.c, "prop"), plan, faulty);
   if (res.verdict != conf::Verdict::failed)
