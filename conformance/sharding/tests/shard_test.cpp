@@ -624,3 +624,24 @@ TEST(Emulation, FlushingReduceIsDeclared) {
     EXPECT_EQ(shard::check_sharded(fc, pd, gradual).verdict, conf::Verdict::passed) << declared;
   }
 }
+
+// MiniMax's division by the world size under a float16 statistics all-reduce: it all-reduces the
+// shards' means of squares, which for rows of |x| near 3e-5 (variance below eps) lie near 1e-9,
+// below float16's smallest subnormal, and round to 0 (rstd = 1/sqrt(eps)). The fault is rejected,
+// and its own all-reduce's rounding (up to n_t times the correct kernel's) is the dialect's to
+// err by: it is named, not "row sums accumulated in float16" (found by `normcheck prop --candidate
+// shard:emulation --properties sharded_faults_rejected --tests 10000 --seed 1` at test 1856,
+// plan tp=1+255,stats_reduce=float16, shrunk to 2 rows of 256).
+TEST(Emulation, DivWorldIsNamedThroughItsOwnFloat16StatsReduce) {
+  std::mt19937_64 rng(53);
+  ref::Case c = make_case(rng, ref::Op::rmsnorm, DType::float32, false, 2, 256);
+  for (auto& v : c.inputs.at("x").data) v = std::ldexp(v, -15);
+  c.epsilon = 0x1.4f8b588e368f1p-17;
+  const auto plan = shard::parse_plan("tp=1+255,stats_reduce=float16");
+  const auto fc = fixture_of(c);
+  const auto faulty = shard::emulate(c, plan, "div_world");
+  const auto r = shard::check_sharded(fc, plan, faulty);
+  EXPECT_EQ(r.verdict, conf::Verdict::failed) << conf::describe(r);
+  EXPECT_NE(r.message.find("sum of squares divided by the world size"), std::string::npos) << r.message;
+  EXPECT_EQ(shard::check_sharded(fc, plan, shard::emulate(c, plan)).verdict, conf::Verdict::passed);
+}
