@@ -14,6 +14,7 @@
 #include "normcheck/conformance/capabilities_json.hpp"
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/fixtures/error.hpp"
+#include "normcheck/sharding/shard.hpp"
 
 namespace normcheck::cli {
 namespace {
@@ -304,7 +305,11 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
       fix::FixtureReader r(a.fixtures);
       prov = r.provenance();
     }
-    if (offline) runs.push_back(conf::check_outputs_file(opt));
+    // A sharded outputs file (SCHEMA.md, "Sharded outputs": cases with a shard_plan) is judged
+    // against the unsharded reference under each case's plan (conformance/sharding/README.md).
+    if (offline)
+      runs.push_back(shard::is_sharded_outputs(a.outputs) ? shard::check_sharded_file(opt)
+                                                          : conf::check_outputs_file(opt));
     else runs = conf::run_candidates(cands, opt);
     for (auto& r : runs)
       if (const auto kf = known_by_spec.find(r.info.name); kf != known_by_spec.end())
@@ -406,7 +411,12 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
                 "Exit 0 only if every candidate is rejected (the mutation test of the suite)");
   auto* check = app.add_subcommand("check", "Check an outputs file written by any program against the fixtures");
   add_common(check);
-  check->add_option("--outputs", a->outputs, "Outputs file (fixtures/SCHEMA.md, \"Outputs files\")")->required();
+  check->add_option("--outputs", a->outputs,
+                    "Outputs file (fixtures/SCHEMA.md, \"Outputs files\"), or a sharded outputs file (\"Sharded "
+                    "outputs\": each case under its shard_plan, conformance/sharding/README.md)")
+      ->required();
+  check->add_flag("--expect-reject", a->expect_reject,
+                  "Exit 0 only if some case is FAILED, CRASHED, TIMEOUT or MISSING (a mutant's outputs)");
   check->add_flag("--flush-subnormal-outputs", a->flush_subnormals,
                   "The program that wrote the outputs flushes subnormal results to zero: accept such zeros and count "
                   "them as flushed (conformance/TOLERANCE.md)");

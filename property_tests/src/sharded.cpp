@@ -95,8 +95,9 @@ std::string draw_split(std::int64_t n, int parts, const std::string& what) {
 
 // A shard plan for the case (conformance/sharding/README.md, "Shard plans"): tp (2-8 ranks), sp
 // (2-8 ranks, over any row dim: QK-norm per head is sp over the heads) or both (a grid of at
-// most 8 ranks); equal or unequal contiguous shards; the gradients' all-reduce in float32,
-// bfloat16 or float16, the dtypes the runtime offers. Shrinks towards tp=2. Plans that do not fit
+// most 8 ranks); equal or unequal contiguous shards; the gradients' all-reduce and (with tp ranks)
+// the statistics' all-reduce each in float32, bfloat16 or float16, the dtypes the runtime offers;
+// one plan in four declares all-reduces that flush subnormals. Shrinks towards tp=2. Plans that do not fit
 // the case (more ranks than elements along a split dim) are discarded. `need` (a fault's) restricts the
 // plan to those with tp ranks (tp, both) or with sp ranks (sp, both).
 enum class Need { any, tp, sp };
@@ -118,9 +119,13 @@ shard::Plan draw_plan(const ref::Case& c, Need need = Need::any) {
   if (kind == both)
     std::tie(T, S) = draw_from(std::vector<std::pair<int, int>>{{2, 2}, {2, 3}, {3, 2}, {2, 4}, {4, 2}});
   std::vector<std::string> items;
-  if (T > 1)
+  if (T > 1) {
     items.push_back("tp=" +
                     draw_split(g.shape[static_cast<std::size_t>(first)], T, fmt::format("dim {}", first)));
+    // the statistics' all-reduce: float32 (no item), or a 16-bit dtype (TOLERANCE.md, section 11)
+    if (const auto r = draw_index(3); r > 0)
+      items.push_back(r == 1 ? "stats_reduce=bfloat16" : "stats_reduce=float16");
+  }
   if (S > 1) {
     if (first == 0) RC_DISCARD("no row dim for sp to split");
     const auto dim = static_cast<std::int64_t>(draw_index(static_cast<std::size_t>(first)));
@@ -130,6 +135,8 @@ shard::Plan draw_plan(const ref::Case& c, Need need = Need::any) {
     // the gradients' all-reduce: float32 (no item), or one of the 16-bit dtypes the grammar offers
     if (const auto r = draw_index(3); r > 0) items.push_back(r == 1 ? "reduce=bfloat16" : "reduce=float16");
   }
+  // all-reduces that flush subnormals of their dtype, declared (one plan in four)
+  if (draw_index(4) == 3) items.push_back("flush_subnormals=1");
   return shard::parse_plan(fmt::format("{}", fmt::join(items, ",")));
 }
 
@@ -151,13 +158,6 @@ void scale_gradients(ref::Case& c) {
   };
   while (k > 0 && !fits(k)) --k;
   for (double& v : dy.data) v = std::ldexp(v, k);
-}
-
-// The allowances check_sharded judges with: the tolerance model's, widened by the sharding term.
-std::map<std::string, conf::OutputAllowance> sharded_allowances(const ref::Case& c, const shard::Plan& p) {
-  auto allow = conf::derive_allowances(c);
-  shard::widen_for_plan(allow, c, p);
-  return allow;
 }
 
 void sharded_agreement(Context& ctx) {
@@ -226,7 +226,7 @@ void sharded_faults_rejected(Context& ctx) {
   if (const auto why = shard::fault_inapplicable(f, d.c, plan); !why.empty())
     RC_DISCARD(fmt::format("fault {} does not apply: {}", f.name, why));
   const auto faulty = shard::emulate(d.c, plan, f.name);
-  const auto effect = visible_effect(shard::emulate(d.c, plan), faulty, sharded_allowances(d.c, plan));
+  const auto effect = visible_effect(shard::emulate(d.c, plan), faulty, shard::sharded_allowances(d.c, plan));
   if (!effect) RC_DISCARD("the fault moves no output beyond twice its allowance on this draw");
   const auto res = shard::check_sharded(reference_case(d.c, "prop"), plan, faulty);
   if (res.verdict != conf::Verdict::failed)
@@ -264,7 +264,8 @@ const std::vector<Property>& shard_properties() {
   static const std::vector<Property> all{
       {"sharded_agreement",
        "the correct sharded computation (emulated; drawn tp/sp plans of 2-8 ranks, equal and unequal "
-       "shards, float32, bfloat16 or float16 gradient all-reduce, gradients loss-scaled by up to 2^16) "
+       "shards, float32, bfloat16 or float16 gradient and statistics all-reduces, flushing or not, gradients "
+       "loss-scaled by up to 2^16) "
        "agrees with the unsharded certified reference within the tolerance model plus the sharding term, "
        "every rank's copy bit-identical",
        sharded_agreement},

@@ -109,6 +109,7 @@ def _rank_main(rank, world, port, backend, timeout_s, conn, paths):
             c.weight_shape = local["weight_shape"]
             c.rank, c.world, c.tp_rank, c.tp_size, c.sp_rank, c.sp_size = rank, world, t, plan.tp, s, plan.sp
             c.tp_group, c.sp_group, c.reduce, c.device = tps[s], sps[t], plan.reduce, device
+            c.stats_reduce, c.flush = plan.stats_reduce, plan.flush_subnormals
             if factory_path not in factories:
                 factories[factory_path] = load_factory(factory_path)
             module = factories[factory_path](c)

@@ -9,6 +9,9 @@ A plan string is comma-separated `key=value` items:
     sp_dim=D                 the dim sp splits (1 for QK-norm per head over [tokens, heads, head_dim])
     reduce=DTYPE             dtype of the parameter-gradient all-reduce: float32 (default),
                              bfloat16 or float16 (TOLERANCE section, README.md)
+    stats_reduce=DTYPE       dtype of the tp all-reduce of the row statistics' partial sums:
+                             float32 (default), bfloat16 or float16 (TOLERANCE.md, section 11)
+    flush_subnormals=0|1     the plan's all-reduces flush subnormals of their dtype to zero
 
 tp and sp together make a grid of T*S ranks, rank = s*T + t (tensor-parallel ranks adjacent, as
 Megatron orders them). Pure Python + numpy: the runtime, the tests and any tool read plans alike.
@@ -44,7 +47,7 @@ class Plan:
     def __init__(self, text):
         self.text = text
         self.tp, self.tp_sizes, self.sp, self.sp_sizes = 1, None, 1, None
-        self.sp_dim, self.reduce = 0, "float32"
+        self.sp_dim, self.reduce, self.stats_reduce, self.flush_subnormals = 0, "float32", "float32", False
         seen = set()
         for item in [p for p in text.split(",") if p]:
             key, eq, value = item.partition("=")
@@ -59,12 +62,17 @@ class Plan:
                 if not value.isdigit():
                     raise PlanError(f"plan '{text}': sp_dim must be a dim number")
                 self.sp_dim = int(value)
-            elif key == "reduce":
+            elif key in ("reduce", "stats_reduce"):
                 if value not in DTYPES:
-                    raise PlanError(f"plan '{text}': reduce={value} is not one of {', '.join(DTYPES)}")
-                self.reduce = value
+                    raise PlanError(f"plan '{text}': {key}={value} is not one of {', '.join(DTYPES)}")
+                setattr(self, key, value)
+            elif key == "flush_subnormals":
+                if value not in ("0", "1"):
+                    raise PlanError(f"plan '{text}': flush_subnormals={value} is not 0 or 1")
+                self.flush_subnormals = value == "1"
             else:
-                raise PlanError(f"plan '{text}': unknown key '{key}' (tp, sp, sp_dim, reduce)")
+                raise PlanError(f"plan '{text}': unknown key '{key}' "
+                                "(tp, sp, sp_dim, reduce, stats_reduce, flush_subnormals)")
         if self.tp * self.sp < 2:
             raise PlanError(f"plan '{text}': a plan needs at least 2 ranks")
 

@@ -7,7 +7,9 @@ shards, whose forward(x_local) returns y_local (setting `self.stats` to its mean
 whose finalize_grads() reduces the parameter gradients after backward, as Megatron's
 finalize_model_grads does.
 
-Arithmetic of the correct implementation (float32 throughout, one rounding to each output dtype):
+Arithmetic of the correct implementation (float32 throughout, one rounding to each output dtype;
+all_reduce_tp in the plan's stats_reduce dtype, float32 by default, rounded as the gradients'
+16-bit reduce below where it is bfloat16 or float16; TOLERANCE.md, section 11):
   LayerNorm: s1 = all_reduce_tp(sum x) ; mu = s1 / n ; d = x - mu ;
              s2 = all_reduce_tp(sum d^2) ; rstd = rsqrt(s2 / n + eps)   (two-pass across ranks)
   RMSNorm:   s2 = all_reduce_tp(sum x^2) ; rstd = rsqrt(s2 / n + eps)
@@ -30,24 +32,32 @@ class Declined(Exception):
     """The factory does not take this case (the runtime reports it UNSUPPORTED with the reason)."""
 
 
-def all_reduce_sum(t, group, size, dtype="float32"):
+def all_reduce_sum(t, group, size, dtype="float32", flush=False):
     """Sum of `t` (float32) over the group, every rank getting the same bits.
 
     gloo has no bfloat16 all-reduce (torch 1.13: "Invalid scalar type"), so a 16-bit reduction is
     a gather of the rounded partials followed by rank-order adds rounded to the dtype after each:
-    what a one-shot 16-bit all-reduce kernel computes (FlashInfer's non-Fp32Acc path)."""
+    what a one-shot 16-bit all-reduce kernel computes (FlashInfer's non-Fp32Acc path). `flush`:
+    every rounded value below the dtype's smallest normal becomes a zero of its sign, as an
+    all-reduce that flushes subnormals gives (plan item flush_subnormals=1; a float32 one too)."""
     if size == 1:
         return t  # one rank: no all-reduce, nothing rounded
-    if dtype == "float32":
+    if dtype == "float32" and not flush:
         t = t.clone()
         dist.all_reduce(t, group=group)
         return t
     low = TDTYPE[dtype]
+    tiny = torch.finfo(low).tiny
+
+    def rn(v):
+        v = v.to(low)
+        return torch.where(v.abs() < tiny, v * 0, v) if flush else v
+
     parts = [torch.empty_like(t) for _ in range(size)]
-    dist.all_gather(parts, t.to(low).float().contiguous(), group=group)
+    dist.all_gather(parts, rn(t).float().contiguous(), group=group)
     acc = parts[0].to(low)
     for p in parts[1:]:
-        acc = (acc.float() + p).to(low)
+        acc = rn(acc.float() + p)
     return acc.float()
 
 
@@ -59,8 +69,8 @@ class _NormFn(torch.autograd.Function):
         rank_local = fault == "rank_local"
         n = c.n_local if rank_local else c.n_full
 
-        def reduce_tp(t):
-            return t if rank_local else all_reduce_sum(t, c.tp_group, c.tp_size)
+        def reduce_tp(t):  # the statistics' all-reduce, in the plan's stats_reduce dtype
+            return t if rank_local else all_reduce_sum(t, c.tp_group, c.tp_size, c.stats_reduce, c.flush)
 
         xf = x.float()
         if c.op == "layernorm":
@@ -93,8 +103,8 @@ class _NormFn(torch.autograd.Function):
         c = mod.ctx
         rank_local = mod.fault == "rank_local"
 
-        def reduce_tp(t):
-            return t if rank_local else all_reduce_sum(t, c.tp_group, c.tp_size)
+        def reduce_tp(t):  # the statistics' all-reduce, in the plan's stats_reduce dtype
+            return t if rank_local else all_reduce_sum(t, c.tp_group, c.tp_size, c.stats_reduce, c.flush)
 
         dyf = dy.float()
         g = dyf if scale is None else dyf * scale
@@ -141,7 +151,7 @@ class ShardedNorm(torch.nn.Module):
                 continue
             g = self.partial[name]
             if self.fault != "not_reduced":
-                g = all_reduce_sum(g, c.sp_group, c.sp_size, c.reduce)
+                g = all_reduce_sum(g, c.sp_group, c.sp_size, c.reduce, c.flush)
                 if self.fault == "averaged":
                     g = g / c.sp_size
             p.grad = g.to(p.dtype)

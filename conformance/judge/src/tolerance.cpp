@@ -148,10 +148,10 @@ std::map<std::string, OutputAllowance> Model::derive() {
         out.at("rstd").nan_ok[row] = 1;
       }
       if (ln) out.at("mean").abs[row] = !m.finite  ? ieee_allowance(c_.dtype_compute)
-                                        : m.overflow_mean ? kNaN
+                                        : m.overflow_mean || m.ar_overflow_mean ? kNaN
                                                      : final_out(m.mean, m.e_mean, slack_of(m.A, static_cast<double>(n)), c_.dtype_compute);
       out.at("rstd").abs[row] = !m.finite ? ieee_allowance(c_.dtype_compute)
-                                : m.e_q_rel >= kBounds.mistrust || m.overflow
+                                : m.e_q_rel >= kBounds.mistrust || m.overflow || m.ar_overflow
                                     ? kNaN
                                     : final_out(m.rstd, m.rstd * m.e_rstd_rel, slack_of(m.rstd * (std::isfinite(m.kappa) ? m.kappa * m.kappa : 1.0), 2.0 * static_cast<double>(n) + 8), c_.dtype_compute);
       if (r_) {
@@ -210,6 +210,17 @@ std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c, con
   // (TOLERANCE.md, section 9).
   if (c.block != ref::Block::none) return tol::Model(c).derive_block();
   return tol::Model(c, red).derive();
+}
+
+bool StatsAllReduce::active(ref::DType compute) const {
+  return ranks >= 2 && (flush_subnormals || ref::unit_roundoff(dtype) > ref::unit_roundoff(compute));
+}
+
+std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c, const Reduction& red,
+                                                         const StatsAllReduce& ar) {
+  if (c.block != ref::Block::none)
+    throw ref::CaseError("block", "a statistics all-reduce over tp ranks is derived for plain norms only");
+  return tol::Model(c, red, ar).derive();
 }
 
 std::string name_of(const Reduction& r) {

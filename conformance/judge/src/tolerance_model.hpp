@@ -106,6 +106,10 @@ struct RowModel {
   // 1 where forming h (alpha x + residual (+ bias), or x converted) may reach the compute dtype's
   // largest finite value: a correct kernel's h, residual_out included, may be infinite there.
   std::vector<std::uint8_t> h_overflow;
+  // Section 11: a value the statistics' all-reduce rounds to its dtype may reach that dtype's
+  // largest finite value (a float16 all-reduce): any row sum, the mean's sum; `ar_acc` bounds it.
+  bool ar_overflow = false, ar_overflow_mean = false;
+  double ar_acc = 0;
   // Error of our binary64 x-hat: the mean of n terms errs by ~n 2^-53 A, scaled by rstd, plus
   // a few roundings of x-hat itself.
   double slack_xhat(std::int64_t j) const {
@@ -157,8 +161,8 @@ inline ExactSum exact_sum(const std::vector<double>& t, int precision, int q_min
 
 class Model {
  public:
-  explicit Model(const ref::Case& c, const Reduction& red = {})
-      : c_(c), g_(ref::geometry_of(c)), pts_(ref::resolve_points(c)), red_(red) {
+  explicit Model(const ref::Case& c, const Reduction& red = {}, const StatsAllReduce& ar = {})
+      : c_(c), g_(ref::geometry_of(c)), pts_(ref::resolve_points(c)), red_(red), ar_(ar) {
     const DType ct = c.dtype_compute;
     const auto f = ref::format_of(ct);
     // eta: one full subnormal spacing per rounding (twice the half-spacing a correctly rounded
@@ -256,6 +260,12 @@ class Model {
     double kappa = 0, e_xhat = 0, e_q = 0;
     std::int64_t overflow_sums = 0, overflow_n = 0;
     double overflow_acc = 0;
+    std::int64_t ar_sums = 0;  // section 11: row sums whose all-reduce may overflow its dtype
+    double ar_acc = 0;
+    void see_ar(double acc) {
+      ++ar_sums;
+      ar_acc = std::max(ar_acc, acc);
+    }
     void see_overflow(double acc, std::int64_t terms) {
       ++overflow_sums;
       if (acc > overflow_acc) {
@@ -265,7 +275,8 @@ class Model {
     }
     void see(const RowModel& m) {
       if (m.overflow) see_overflow(m.acc, static_cast<std::int64_t>(m.h.size()));
-      if (m.trusted || (m.overflow && m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust) ||
+      if (m.ar_overflow) see_ar(m.ar_acc);
+      if (m.trusted || ((m.overflow || m.ar_overflow) && m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust) ||
           (seen && m.max_e_xhat <= e_xhat && m.e_q_rel <= e_q))
         return;
       seen = true;
@@ -312,7 +323,43 @@ class Model {
             a.reason.empty() ? "" : "; ", worst.overflow_sums, worst.overflow_sums == 1 ? "" : "s", where,
             ref::name_of(c_.dtype_compute), worst.overflow_n, worst.overflow_acc, ref::name_of(c_.dtype_compute),
             ref::max_finite(c_.dtype_compute));
+      if (worst.ar_sums > 0)
+        a.reason += fmt::format(
+            "{}{} row sum{} may overflow the {} all-reduce of a correct implementation over {} tp ranks: partials "
+            "whose |terms| add up to {:.6g} (with their errors), against the largest finite {} {:.6g}",
+            a.reason.empty() ? "" : "; ", worst.ar_sums, worst.ar_sums == 1 ? "" : "s", ref::name_of(ar_.dtype),
+            ar_.ranks, worst.ar_acc, ref::name_of(ar_.dtype), ref::max_finite(ar_.dtype));
     }
+  }
+
+  // Section 11: the statistics' all-reduce over tp ranks. Its relative part: gamma(T, u_a + 2 u_c)
+  // for a dtype narrower than the compute dtype (each add done in the compute dtype and rounded to
+  // the narrow one rounds twice), none for the compute dtype itself (one more summation order);
+  // its floor: T s_a (2T - 1 roundings of at most s_a / 2 each with gradual underflow, and the
+  // compute adds' own floor), or 2T m_a where the all-reduce flushes (a rounding may lose up to
+  // the smallest normal m_a).
+  bool ar_on() const { return ar_.active(cp_.t); }
+  double ar_rel() const {
+    if (ref::unit_roundoff(ar_.dtype) <= cp_.u) return 0;
+    const double ku = ar_.ranks * (ref::unit_roundoff(ar_.dtype) + 2 * cp_.u);
+    return ku >= 0.5 ? kInf : ku / (1 - ku);
+  }
+  double ar_floor() const {
+    const auto f = ref::format_of(ar_.dtype);
+    if (ar_.flush_subnormals) return 2.0 * ar_.ranks * std::ldexp(1.0, f.min_exp);
+    return ref::unit_roundoff(ar_.dtype) <= cp_.u ? 0.0 : ar_.ranks * std::ldexp(1.0, f.min_exp - f.precision + 1);
+  }
+  // The error the all-reduce adds to a row statistic sum / n, given `partials`, a bound on the
+  // sum over ranks of |computed partial| (1 + gamma(n + 3) times the sum of |terms| with their
+  // errors); (1 + u): the division by n rounds it once more.
+  double ar_extra(double partials, double nd) const {
+    return (ar_rel() * partials + ar_floor()) / nd * (1 + cp_.u);
+  }
+  // The bound on every value the all-reduce rounds (each partial and each partial sum), and
+  // whether it may reach the dtype's largest finite value.
+  double ar_bound(double partials) const { return partials * (1 + ar_rel()) + ar_floor(); }
+  bool ar_overflows(double partials) const {
+    return std::isfinite(partials) && !(ar_bound(partials) < ref::max_finite(ar_.dtype));
   }
 
   // Non-finite rows follow IEEE rules exactly in the reference; a correct kernel may differ by
@@ -420,6 +467,19 @@ class Model {
     // Section 9: sums that are exact in any order (the class's sums are plain sums, h is exact).
     const Exactness ex = exactness(m, max_eh);
     if (ex.mean_exact) m.e_mean = 0;
+    // Section 11: the sum of h all-reduced over tp ranks in a narrower dtype (or flushing).
+    m.ar_overflow = m.ar_overflow_mean = false;
+    m.ar_acc = 0;
+    if (ar_on() && ln) {
+      double s = 0;
+      for (std::int64_t j = 0; j < n; ++j) s += std::fabs(m.h[j]) + e_h[j];
+      const double partials = (1 + cp_.gam(nd + 3)) * s;
+      m.e_mean += ar_extra(partials, nd);
+      if (ar_overflows(partials)) {
+        m.ar_overflow = m.ar_overflow_mean = true;
+        m.ar_acc = ar_bound(partials);
+      }
+    }
     double var = 0, sum_d_e = 0;
     for (std::int64_t j = 0; j < n; ++j) {
       m.d[j] = m.h[j] - mu;
@@ -441,6 +501,21 @@ class Model {
     // Section 9: the sum of squares (of deviations, or of h for RMSNorm) is exact; only the
     // division by n (or the product with 1/n) rounds, and not at all when n is a power of two.
     if (ex.squares_exact) e_var = kBounds.exact_round * cp_.u * var + cp_.eta;
+    // Section 11: the sum of squared deviations (RMSNorm: of squares) all-reduced as well; each
+    // computed square is at most (|d| + e_h + e_mean)^2 (1 + u)^2.
+    if (ar_on()) {
+      double s = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double dj = std::fabs(m.d[j]) + e_h[j] + m.e_mean;
+        s += dj * dj;
+      }
+      const double partials = (1 + cp_.gam(nd + 3)) * s;
+      e_var += ar_extra(partials, nd);
+      if (ar_overflows(partials)) {
+        m.ar_overflow = true;
+        m.ar_acc = std::max(m.ar_acc, ar_bound(partials));
+      }
+    }
     const double q = var + c_.epsilon;
     const double e_q = e_var + cp_.u * q + cp_.conv(c_.epsilon, DType::float64);
     m.e_q_rel = q > 0 ? e_q / q : kInf;
@@ -473,7 +548,7 @@ class Model {
     m.acc = std::max(s1, s2);
     m.overflow_mean = overflows(s1, n + 1);
     m.overflow = m.overflow_mean || overflows(s2, n + 2);
-    m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust && !m.overflow;
+    m.trusted = m.e_q_rel < kBounds.mistrust && m.max_e_xhat < kBounds.mistrust && !m.overflow && !m.ar_overflow;
   }
 
   // Section 9: what the data make exact for a class whose sums are plain sums.
@@ -606,9 +681,24 @@ class Model {
     if (ln) see(s_abs_g + s_eg, n);
     see(s_abs_gx + s_e_gx, n);
     const double gbar = ln ? s_g / nd : 0.0;
-    const double e_gbar = ln ? s_eg / nd + sum_gam(nd, 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
+    double e_gbar = ln ? s_eg / nd + sum_gam(nd, 1) * s_abs_g / nd + nd * cp_.eta : 0.0;
     const double m2 = s_gx / nd;
-    const double e_m2 = s_e_gx / nd + sum_gam(nd, 2) * s_abs_gx / nd + nd * cp_.eta;
+    double e_m2 = s_e_gx / nd + sum_gam(nd, 2) * s_abs_gx / nd + nd * cp_.eta;
+    // Section 11: the backward's row sums all-reduced over tp ranks too.
+    if (ar_on()) {
+      const double pg = (1 + cp_.gam(nd + 3)) * (s_abs_g + s_eg), pgx = (1 + cp_.gam(nd + 3)) * (s_abs_gx + s_e_gx);
+      const auto see_ar = [&](double partials) {
+        if (!ar_overflows(partials)) return;
+        overflow = true;
+        worst.see_ar(ar_bound(partials));
+      };
+      if (ln) {
+        e_gbar += ar_extra(pg, nd);
+        see_ar(pg);
+      }
+      e_m2 += ar_extra(pgx, nd);
+      see_ar(pgx);
+    }
     dh.resize(n);
     e_dh.resize(n);
     for (std::int64_t j = 0; j < n; ++j) {
@@ -675,6 +765,7 @@ class Model {
   ref::Geometry g_;
   Points pts_;
   Reduction red_;
+  StatsAllReduce ar_;
   Compute cp_{};
   const ref::Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *r_ = nullptr, *rb_ = nullptr, *dy_ = nullptr;
 };

@@ -13,10 +13,15 @@ namespace {
 using Vec = std::vector<float>;
 
 // Sum over the ranks, in rank order, each partial and every add rounded to `t` (float32: one
-// float32 add each).
-float reduce(const std::vector<float>& partials, ref::DType t) {
+// float32 add each); `flush`: every rounded value below t's smallest normal becomes a zero of its
+// sign, as a flushing all-reduce gives (README.md, "Flushing all-reduces").
+float reduce(const std::vector<float>& partials, ref::DType t, bool flush = false) {
   if (partials.size() == 1) return partials[0];  // one rank: no all-reduce, nothing rounded
-  auto rn = [&](float v) { return t == ref::DType::float32 ? v : static_cast<float>(ref::round_to(v, t)); };
+  const double tiny = std::ldexp(1.0, ref::format_of(t).min_exp);
+  auto rn = [&](float v) {
+    const double r = t == ref::DType::float32 ? static_cast<double>(v) : ref::round_to(v, t);
+    return static_cast<float>(flush && std::fabs(r) < tiny ? std::copysign(0.0, r) : r);
+  };
   float acc = rn(partials[0]);
   for (std::size_t k = 1; k < partials.size(); ++k) acc = rn(acc + rn(partials[k]));
   return acc;
@@ -56,7 +61,7 @@ ShardedOutputs emulate(const ref::Case& c, const Plan& p, const std::string& fau
   for (std::size_t r = 0; r < rows; ++r) {
     // per tp rank: its partial sums, then what the all-reduce gives every rank of the group
     auto all_reduce = [&](const Vec& part, std::size_t t) {
-      return local ? part[t] : reduce(part, ref::DType::float32);
+      return local ? part[t] : reduce(part, p.stats_reduce, p.flush_subnormals);
     };
     auto n_of = [&](std::size_t t) { return static_cast<float>(local ? lay.n_local[t] : g.cols); };
     Vec s1(T, 0.0f), s2(T, 0.0f);
@@ -71,7 +76,7 @@ ShardedOutputs emulate(const ref::Case& c, const Plan& p, const std::string& fau
       Vec ms(T);
       for (std::size_t t = 0; t < T; ++t) ms[t] = s2[t] / static_cast<float>(lay.n_local[t]);
       for (std::size_t t = 0; t < T; ++t)
-        rs[t] = 1.0f / std::sqrt(reduce(ms, ref::DType::float32) / static_cast<float>(T) + eps);
+        rs[t] = 1.0f / std::sqrt(reduce(ms, p.stats_reduce, p.flush_subnormals) / static_cast<float>(T) + eps);
     } else {
       for (std::size_t t = 0; t < T; ++t) rs[t] = 1.0f / std::sqrt(all_reduce(s2, t) / n_of(t) + eps);
     }
@@ -103,7 +108,7 @@ ShardedOutputs emulate(const ref::Case& c, const Plan& p, const std::string& fau
       const float xh = (static_cast<float>(x[at(r, j)]) - mu[t]) * rs[t];
       const float gj = static_cast<float>((*dy)[at(r, j)]) * scale[j];
       float k =
-          gj - xh * ((fault == "div_world" ? reduce(sgx, ref::DType::float32) : all_reduce(sgx, t)) / n);
+          gj - xh * ((fault == "div_world" ? reduce(sgx, p.stats_reduce, p.flush_subnormals) : all_reduce(sgx, t)) / n);
       if (ln) k -= all_reduce(sg, t) / n;
       y.data[at(r, j)] = ref::round_to(rs[t] * k, c.dtype_x);
     }
@@ -128,7 +133,7 @@ ShardedOutputs emulate(const ref::Case& c, const Plan& p, const std::string& fau
         const float once = reduce(col, ref::DType::float32);
         for (auto& v : col) v = once;
       }
-      const float total = reduce(col, p.reduce);
+      const float total = reduce(col, p.reduce, p.flush_subnormals);
       for (std::size_t s = 0; s < S; ++s) {
         float v = fault == "not_reduced" ? col[s] : total;
         if (fault == "averaged") v /= static_cast<float>(S);

@@ -1,7 +1,7 @@
-// normcheck-shard-check: checks sharded outputs files (written by the torch.distributed runtime,
-// conformance/candidates/torch_dist/), or the emulation of a plan (--emulate: the replay of a
-// sharded property's counterexample), against the unsharded certified fixtures. A thin layer over
-// check_sharded; `normcheck check` takes it over when the judge absorbs the sharding term.
+// normcheck-shard-check: the replay of a sharded property's counterexample (--emulate PLAN: the
+// emulation of a plan checked on every case of a fixture file), and a compatibility alias for
+// sharded outputs files, which `normcheck check --outputs` judges itself (the same
+// check_sharded_file; conformance/sharding/README.md says why the alias stays).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -99,26 +99,23 @@ int main(int argc, char** argv) {
       return all_ok ? 0 : 1;
     }
     for (const auto& path : outputs) {
-      std::map<conf::Verdict, int> counts;
+      // The same judgement as `normcheck check --fixtures F --outputs PATH` (check_sharded_file),
+      // printed one file after another as this alias always did.
+      conf::RunOptions opt;
+      opt.fixtures = fixtures;
+      opt.outputs = path;
+      conf::CandidateRun run;
+      try {
+        run = shard::check_sharded_file(opt);
+      } catch (const std::invalid_argument& e) {
+        throw fix::FixtureError(path, e.what());
+      }
+      if (!run.error.empty()) throw fix::FixtureError(fixtures, run.error);
       double seconds = 0;
-      for (const auto& id : shard::sharded_case_ids(path)) {
-        const auto& fids = fx.case_ids();
-        if (!std::binary_search(fids.begin(), fids.end(), id))
-          throw fix::FixtureError(path, fmt::format("case {} is not in the fixture file {}", id, fixtures));
-        std::string plan_text;
-        const shard::ShardedOutputs got = shard::read_sharded(path, id, &plan_text);
-        shard::Plan plan;
-        try {
-          plan = shard::parse_plan(plan_text);
-        } catch (const std::invalid_argument& e) {
-          throw fix::FixtureError(path, fmt::format("case {}: shard_plan: {}", id, e.what()));
-        }
-        const fix::FixtureCase fc = fx.read_case_later(id).finish_checked();  // a damaged fixture: exit 2
-        const conf::CaseResult r = shard::check_sharded(fc, plan, got);
-        counts[r.verdict] += 1;
-        seconds += got.seconds;
+      for (const auto& r : run.cases) {
+        seconds += r.seconds;
         if (r.verdict == conf::Verdict::passed || quiet) continue;
-        fmt::print("{} {} [{}]: {}{}\n", path, id, plan_text, conf::name_of(r.verdict),
+        fmt::print("{} {}: {}{}\n", path, r.case_id, conf::name_of(r.verdict),
                    r.message.empty() ? "" : " " + r.message);
         for (const auto& o : r.outputs)
           if (o.verdict != conf::Verdict::passed)
@@ -126,14 +123,14 @@ int main(int argc, char** argv) {
       }
       bool failed = false;
       std::string summary;
-      for (const auto& [v, n] : counts) {
+      std::int64_t cases = 0;
+      for (const auto& [v, n] : run.summary) {
         summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, conf::name_of(v));
         failed = failed || conf::is_failure(v);
+        cases += n;
       }
-      int cases = 0;
-      for (const auto& [v, n] : counts) cases += n;
       fmt::print("{}: {} ({:.1f} ms per case in the ranks)\n", path, summary.empty() ? "no cases" : summary,
-                 cases == 0 ? 0.0 : 1e3 * seconds / cases);
+                 cases == 0 ? 0.0 : 1e3 * seconds / static_cast<double>(cases));
       all_ok = all_ok && !failed;
       any_rejected = any_rejected || failed;
     }

@@ -3,10 +3,12 @@
 // it a correct bfloat16 gradient all-reduce fails).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ostream>
 #include <random>
+#include <tuple>
 
 #include "normcheck/reference/evaluate.hpp"
 #include "normcheck/sharding/shard.hpp"
@@ -460,4 +462,186 @@ TEST(Emulation, FaultsOverRandomPlans) {
     EXPECT_EQ(named, rejected) << f.name;
     EXPECT_GE(rejected, runs * 9 / 10) << f.name;
   }
+}
+
+// The plan items of the statistics' all-reduce and of flushing all-reduces (README.md, "Shard
+// plans").
+TEST(Plan, ParsesStatsReduceAndFlush) {
+  const auto p = shard::parse_plan("tp=2,stats_reduce=bfloat16,flush_subnormals=1");
+  EXPECT_EQ(p.stats_reduce, DType::bfloat16);
+  EXPECT_TRUE(p.flush_subnormals);
+  EXPECT_EQ(p.reduce, DType::float32);
+  EXPECT_EQ(p.stats().ranks, 2);
+  EXPECT_FALSE(shard::parse_plan("tp=2").stats().active(DType::float32)) << "a float32 all-reduce adds nothing";
+  EXPECT_TRUE(shard::parse_plan("tp=2,stats_reduce=float16").stats().active(DType::float32));
+  EXPECT_TRUE(shard::parse_plan("tp=2,flush_subnormals=1").stats().active(DType::float32));
+  EXPECT_FALSE(shard::parse_plan("sp=2,stats_reduce=float16").stats().active(DType::float32)) << "no tp ranks";
+  for (const char* bad : {"tp=2,stats_reduce=float64", "tp=2,stats_reduce=int8", "tp=2,flush_subnormals=2",
+                          "tp=2,flush_subnormals=", "tp=2,stats_reduce=bfloat16,stats_reduce=float16"})
+    EXPECT_THROW(shard::parse_plan(bad), std::invalid_argument) << bad;
+}
+
+namespace {
+
+// Random correct tp plans of 2-6 ranks with the statistics all-reduced in `stats` (and the
+// gradients in any dtype): every one PASSES (or is MISTRUSTED) under TOLERANCE.md section 11's
+// term; returns how many the model without the term FAILS.
+int stats_reduce_draws(DType stats, int draws, std::uint64_t seed, int* checked) {
+  std::mt19937_64 rng(seed);
+  int fail_without = 0;
+  for (int i = 0; i < draws; ++i) {
+    const auto op = rng() % 2 ? ref::Op::layernorm : ref::Op::rmsnorm;
+    const DType dt = rng() % 2 ? DType::float32 : DType::bfloat16;
+    const bool bwd = rng() % 2;
+    const std::int64_t rows = 2 + static_cast<std::int64_t>(rng() % 12),
+                       cols = 8 + static_cast<std::int64_t>(rng() % 120);
+    const ref::Case c = make_case(rng, op, dt, bwd, rows, cols, rng() % 3 ? 0.0 : 3.0);
+    const int tp = 2 + static_cast<int>(rng() % 5), sp = 1 + static_cast<int>(rng() % 3);
+    if (sp > rows) continue;
+    std::string text = "tp=" + sizes_text(random_split(rng, cols, tp));
+    if (sp > 1) text += ",sp=" + sizes_text(random_split(rng, rows, sp));
+    text += ",stats_reduce=" + std::string(ref::name_of(stats));
+    if (rng() % 3 == 0) text += ",reduce=bfloat16";
+    const auto plan = shard::parse_plan(text);
+    const auto fc = fixture_of(c);
+    const auto got = shard::emulate(c, plan);
+    const auto r = shard::check_sharded(fc, plan, got);
+    EXPECT_TRUE(r.verdict == conf::Verdict::passed || r.verdict == conf::Verdict::mistrusted)
+        << "plan " << text << " case " << i << ": " << conf::describe(r);
+    ++*checked;
+    // The same outputs under the model without the statistics term (the gradients' term kept).
+    auto plain = conf::derive_allowances(c);
+    shard::widen_for_plan(plain, c, plan);
+    fail_without += conf::check_case(fc, got.gathered, plain).verdict == conf::Verdict::failed;
+  }
+  return fail_without;
+}
+
+}  // namespace
+
+// TOLERANCE.md, section 11: a correct kernel whose tp all-reduce of the statistics' partial sums
+// (sum h and sum of squared deviations, RMSNorm's sum of squares; backward sum g, sum g x-hat) is
+// done in bfloat16 or float16 passes every random plan, and the term is needed: without it the
+// same correct outputs FAIL.
+TEST(Emulation, SixteenBitStatsReducePassesAndIsNeeded) {
+  for (const DType stats : {DType::bfloat16, DType::float16}) {
+    int checked = 0;
+    const int fail_without = stats_reduce_draws(stats, 200, stats == DType::bfloat16 ? 31 : 37, &checked);
+    std::printf("stats_reduce=%s: %d plans checked, all within the term; %d FAIL without it\n",
+                ref::name_of(stats).data(), checked, fail_without);
+    EXPECT_GT(checked, 150);
+    EXPECT_GT(fail_without, checked / 4) << ref::name_of(stats);
+  }
+}
+
+namespace {
+
+// A case whose tp shards differ: the first `first` columns of every row carry an offset and a
+// larger scale, so that a norm over one shard's columns (rank-local) or a mean of the shards'
+// mean squares (MiniMax's division by the world size) is far from the full row's.
+ref::Case uneven_shards_case(ref::Op op, bool backward, std::int64_t first) {
+  std::mt19937_64 rng(41);
+  ref::Case c = make_case(rng, op, DType::float32, backward, 8, 96, 0.5);
+  auto& x = c.inputs.at("x").data;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (static_cast<std::int64_t>(i % 96) < first) x[i] = static_cast<float>(4 * x[i] + 2);
+  return c;
+}
+
+}  // namespace
+
+// The tp faults are still rejected, and named, under a 16-bit statistics all-reduce: its term
+// widens the allowance by about T u_a of the row's sums, far less than a norm over the wrong
+// columns moves them.
+TEST(Emulation, TpFaultsAreRejectedUnderSixteenBitStatsReduce) {
+  for (const char* stats : {"bfloat16", "float16"}) {
+    for (const bool bwd : {false, true}) {
+      for (const auto& [fault, op, named] :
+           {std::tuple{"rank_local", ref::Op::layernorm, "rank-local statistics"},
+            std::tuple{"rank_local", ref::Op::rmsnorm, "rank-local statistics"},
+            std::tuple{"div_world", ref::Op::rmsnorm, "sum of squares divided by the world size"}}) {
+        const ref::Case c = uneven_shards_case(op, bwd, 10);
+        const std::string text = std::string("tp=10+30+20+36,stats_reduce=") + stats;
+        const auto plan = shard::parse_plan(text);
+        const auto fc = fixture_of(c);
+        const auto r = shard::check_sharded(fc, plan, shard::emulate(c, plan, fault));
+        EXPECT_EQ(r.verdict, conf::Verdict::failed) << fault << " " << text << (bwd ? " backward" : "");
+        EXPECT_NE(r.message.find(named), std::string::npos) << fault << " " << text << ": " << r.message;
+        EXPECT_EQ(shard::check_sharded(fc, plan, shard::emulate(c, plan)).verdict, conf::Verdict::passed)
+            << "correct " << text;
+      }
+    }
+  }
+}
+
+// float16's range in the statistics' all-reduce: RMSNorm rows of |x| near 300 over 96 columns
+// have a sum of squares near 8.6e6, so the correct float16 all-reduce of the two ranks' partials
+// (each above 65504 already) is inf, rstd 0 and y 0. The rows are MISTRUSTED with the reason; a
+// bfloat16 all-reduce (float32's range) of the same partials is compared and PASSES.
+TEST(Emulation, Float16StatsReduceOverflowIsMistrusted) {
+  std::mt19937_64 rng(43);
+  ref::Case c = make_case(rng, ref::Op::rmsnorm, DType::float32, false, 4, 96);
+  for (auto& v : c.inputs.at("x").data) v = static_cast<float>(300 + v);
+  const auto fc = fixture_of(c);
+  const auto plan = shard::parse_plan("tp=2,stats_reduce=float16");
+  const auto got = shard::emulate(c, plan);
+  ASSERT_EQ(got.gathered.at("rstd").data[0], 0.0) << "the correct float16 all-reduce overflows";
+  const auto r = shard::check_sharded(fc, plan, got);
+  EXPECT_EQ(r.verdict, conf::Verdict::mistrusted) << conf::describe(r);
+  bool reason = false;
+  for (const auto& o : r.outputs)
+    reason = reason || o.reason.find("may overflow the float16 all-reduce of a correct implementation over 2 tp "
+                                     "ranks") != std::string::npos;
+  EXPECT_TRUE(reason) << conf::describe(r);
+  const auto wide = shard::parse_plan("tp=2,stats_reduce=bfloat16");
+  EXPECT_EQ(shard::check_sharded(fc, wide, shard::emulate(c, wide)).verdict, conf::Verdict::passed);
+}
+
+// All-reduces that flush subnormals of their dtype (README.md, "Flushing all-reduces"): the
+// declaration flush_subnormals=1 takes 2R m_a as the floor in place of R s_a. A flushing float16
+// reduce of gradients near 2^-17 (partials below float16's smallest normal 2^-14, flushed to 0)
+// FAILS the plan that does not declare it and PASSES the one that does; so does a flushing float16
+// statistics all-reduce of RMSNorm rows of |x| near 2^-13 (each rank's sum of squares below 2^-14).
+// The correct gradual-underflow reduce passes both plans.
+TEST(Emulation, FlushingReduceIsDeclared) {
+  const double tiny = 0x1.234p-17;
+  const ref::Case grads = constant_dy_case(3, {tiny, -tiny, 3 * tiny, 0x1p-16}, DType::float32);
+  std::mt19937_64 rng(47);
+  ref::Case rows = make_case(rng, ref::Op::rmsnorm, DType::float32, false, 4, 96);
+  for (auto& v : rows.inputs.at("x").data) v = std::ldexp(v, -13);
+  for (const auto& [c, undeclared, declared] :
+       {std::tuple{grads, "sp=2+1,reduce=float16", "sp=2+1,reduce=float16,flush_subnormals=1"},
+        std::tuple{rows, "tp=2,stats_reduce=float16", "tp=2,stats_reduce=float16,flush_subnormals=1"}}) {
+    const auto fc = fixture_of(c);
+    const auto pu = shard::parse_plan(undeclared), pd = shard::parse_plan(declared);
+    const auto flushed = shard::emulate(c, pd);
+    EXPECT_EQ(shard::check_sharded(fc, pu, flushed).verdict, conf::Verdict::failed)
+        << declared << " judged as " << undeclared;
+    EXPECT_EQ(shard::check_sharded(fc, pd, flushed).verdict, conf::Verdict::passed)
+        << conf::describe(shard::check_sharded(fc, pd, flushed));
+    const auto gradual = shard::emulate(c, pu);
+    EXPECT_EQ(shard::check_sharded(fc, pu, gradual).verdict, conf::Verdict::passed) << undeclared;
+    EXPECT_EQ(shard::check_sharded(fc, pd, gradual).verdict, conf::Verdict::passed) << declared;
+  }
+}
+
+// MiniMax's division by the world size under a float16 statistics all-reduce: it all-reduces the
+// shards' means of squares, which for rows of |x| near 3e-5 (variance below eps) lie near 1e-9,
+// below float16's smallest subnormal, and round to 0 (rstd = 1/sqrt(eps)). The fault is rejected,
+// and its own all-reduce's rounding (up to n_t times the correct kernel's) is the dialect's to
+// err by: it is named, not "row sums accumulated in float16" (found by `normcheck prop --candidate
+// shard:emulation --properties sharded_faults_rejected --tests 10000 --seed 1` at test 1856,
+// plan tp=1+255,stats_reduce=float16, shrunk to 2 rows of 256).
+TEST(Emulation, DivWorldIsNamedThroughItsOwnFloat16StatsReduce) {
+  std::mt19937_64 rng(53);
+  ref::Case c = make_case(rng, ref::Op::rmsnorm, DType::float32, false, 2, 256);
+  for (auto& v : c.inputs.at("x").data) v = std::ldexp(v, -15);
+  c.epsilon = 0x1.4f8b588e368f1p-17;
+  const auto plan = shard::parse_plan("tp=1+255,stats_reduce=float16");
+  const auto fc = fixture_of(c);
+  const auto faulty = shard::emulate(c, plan, "div_world");
+  const auto r = shard::check_sharded(fc, plan, faulty);
+  EXPECT_EQ(r.verdict, conf::Verdict::failed) << conf::describe(r);
+  EXPECT_NE(r.message.find("sum of squares divided by the world size"), std::string::npos) << r.message;
+  EXPECT_EQ(shard::check_sharded(fc, plan, shard::emulate(c, plan)).verdict, conf::Verdict::passed);
 }

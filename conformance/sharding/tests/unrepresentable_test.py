@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""normcheck-shard-check rejects values an output's dtype cannot hold, as `normcheck check` does
+"""normcheck check (and its alias normcheck-shard-check) rejects values an output's dtype cannot hold, as for plain outputs
 (fixtures/SCHEMA.md, "Outputs files"): in the gathered outputs and in every rank's copy of a
 replicated one, unless the file declares wider_values = 1. Sharded outputs files are written here
 by hand from the certified values (no ranks needed): the control passes; one value halfway
@@ -101,6 +101,10 @@ class Unrepresentable(unittest.TestCase):
         r = subprocess.run([SHARD_CHECK, "--fixtures", self.fixtures, path], capture_output=True, text=True,
                            timeout=120)
         self.assertNotEqual(r.returncode, 2, r.stderr)
+        # `normcheck check` judges the sharded file itself, with the same verdict
+        c = subprocess.run([NORMCHECK, "check", "--fixtures", self.fixtures, "--outputs", path], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(c.returncode, r.returncode, c.stdout + c.stderr)
         return r.returncode, r.stdout + r.stderr
 
     def assert_names(self, text, output, cid, name, dtype):

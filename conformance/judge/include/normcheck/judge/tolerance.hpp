@@ -71,12 +71,31 @@ std::string name_of(const Reduction& r);
 // missing or non-positive block size, a block size on a class that has none).
 Reduction parse_reduction(std::string_view s);
 
+// A tensor-parallel all-reduce of the row statistics' partial sums (TOLERANCE.md, section 11):
+// each of `ranks` ranks sums its part of the row in the compute dtype, and the partials of every
+// row sum (LayerNorm's sum of h and of squared deviations, RMSNorm's sum of squares; backward,
+// the sums of g and g x-hat) are added by an all-reduce that rounds each partial and each add to
+// `dtype`, flushing that dtype's subnormals to zero where `flush_subnormals`. A plain (unsharded)
+// case has ranks = 1: no term.
+struct StatsAllReduce {
+  int ranks = 1;
+  ref::DType dtype = ref::DType::float32;
+  bool flush_subnormals = false;
+  // Whether it adds anything to the model: 2 or more ranks, and a dtype narrower than the
+  // compute dtype or a flush (an all-reduce in the compute dtype is one more summation order).
+  bool active(ref::DType compute) const;
+};
+
 // Derives the allowances of every output of `c` (the outputs of ref::output_specs) from its
 // inputs. Rows holding a non-finite value are compared under IEEE rules (an allowance of half
 // an ulp plus one compute rounding). `red` is the candidate's declared reduction class: `any`
 // (the default) gives the bound of every correct algorithm. Throws ref::CaseError for an
 // invalid case.
 std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c, const Reduction& red = {});
+// The same, for a case whose row statistics are all-reduced over tensor-parallel ranks (`ar`):
+// section 11's term added to every row sum (plain norms only; a block throws ref::CaseError).
+std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c, const Reduction& red,
+                                                         const StatsAllReduce& ar);
 
 // Spacing of the dtype's values at |v| (the ulp of v's binade; subnormal spacing below it).
 double ulp_of(double v, ref::DType t);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "normcheck/conformance/candidate.hpp"
+#include "normcheck/conformance/runner.hpp"
 #include "normcheck/judge/checker.hpp"
 #include "normcheck/judge/tolerance.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
@@ -30,7 +31,14 @@ struct Plan {
   std::vector<std::int64_t> tp_sizes, sp_sizes;  // empty: split as evenly as numpy.array_split
   int sp_dim = 0;
   ref::DType reduce = ref::DType::float32;  // dtype of the parameter-gradient all-reduce
+  // dtype of the tp all-reduce of the row statistics' partial sums (TOLERANCE.md, section 11)
+  ref::DType stats_reduce = ref::DType::float32;
+  // the plan's all-reduces flush subnormals of their dtype to zero (README.md, "Flushing
+  // all-reduces"; TOLERANCE.md, section 11)
+  bool flush_subnormals = false;
   int world() const { return tp * sp; }
+  // The statistics' all-reduce as the tolerance model takes it.
+  conf::StatsAllReduce stats() const { return {tp, stats_reduce, flush_subnormals}; }
 };
 // Throws std::invalid_argument naming the item that does not parse.
 Plan parse_plan(const std::string& text);
@@ -50,6 +58,9 @@ Layout layout_of(const ref::Case& c, const Plan& p);
 // dbias what a correct implementation may lose by reducing the sp ranks' partial sums in the
 // plan's reduce dtype; nothing when that is float32 compute (any summation tree is covered).
 void widen_for_plan(std::map<std::string, conf::OutputAllowance>& allow, const ref::Case& c, const Plan& p);
+// The allowances a sharded case is judged with: the tolerance model's with the plan's statistics
+// all-reduce (TOLERANCE.md, section 11), widened by widen_for_plan.
+std::map<std::string, conf::OutputAllowance> sharded_allowances(const ref::Case& c, const Plan& p);
 
 // One case as the sharded runtime returned it (an outputs file with copies/, SCHEMA.md).
 struct ShardedOutputs {
@@ -101,5 +112,15 @@ std::string fault_inapplicable(const EmulatedFault& f, const ref::Case& c, const
 // plan; throws fix::FixtureError naming file, case and field.
 ShardedOutputs read_sharded(const std::string& path, const std::string& id, std::string* plan_text);
 std::vector<std::string> sharded_case_ids(const std::string& path);
+// Whether an outputs file is a sharded one (a case, or the root, carries `shard_plan`).
+bool is_sharded_outputs(const std::string& path);
+
+// `normcheck check --outputs F` where F is a sharded outputs file: every case the file holds (of
+// those `opt.case_globs` select) judged by check_sharded under its own plan, as one run whose
+// results file is written as for any outputs file. The plan leads each case's message. Throws
+// fix::FixtureError for a file, case or plan that does not parse (exit 2), and
+// std::invalid_argument for an option the sharded check does not take (--reduction,
+// --flush-subnormal-outputs).
+conf::CandidateRun check_sharded_file(const conf::RunOptions& opt);
 
 }  // namespace normcheck::shard
