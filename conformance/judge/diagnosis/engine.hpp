@@ -397,6 +397,20 @@ class Engine {
         }
       }
     }
+    if (k.y_interval) {
+      // y as the dialect's interval around the certified value: the prediction is the certified
+      // value plus (this value - the spec's), so the engine's own value cancels.
+      const OutputInterval& iv = *k.y_interval;
+      auto& sl = p.slack["y"];
+      sl.assign(NS, 0.0);
+      p.grid["y"] = iv.grid;
+      for (std::int64_t ri = 0; ri < RS; ++ri)
+        for (std::int64_t j = 0; j < n; ++j) {
+          const std::size_t ci = static_cast<std::size_t>(ri * n + j), i = off(l.rows[ri], j);
+          y[ci] += iv.shift[i];
+          sl[ci] = iv.half[i];
+        }
+    }
     auto& rs = p["rstd"];
     std::vector<double>* mean = ln ? &p["mean"] : nullptr;
     rs.assign(static_cast<std::size_t>(RS), 0.0);
@@ -655,7 +669,8 @@ class Engine {
     if (!same_statistics(a, b)) return false;
     return a.pts.xhat == b.pts.xhat && a.pts.scale == b.pts.scale && a.pts.mul == b.pts.mul &&
            a.res_out == b.res_out && a.rstd_out == b.rstd_out &&
-           a.rstd_out_unrounded == b.rstd_out_unrounded && a.unwritten == b.unwritten;
+           a.rstd_out_unrounded == b.rstd_out_unrounded && a.unwritten == b.unwritten &&
+           a.y_interval == b.y_interval;
   }
 
  private:

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <string>
@@ -39,6 +40,16 @@ enum class DxMode { normal, no_mean, no_projection };
 // summation in any order (Predictions::slack, grid).
 enum class ColSum { normal, bf16_interval, zero_columns };
 enum class BlockMode { normal, pre_residual_after_norm, deepnorm_alpha_on_f, post_double_norm };
+
+// An output predicted as an interval per element, fixed by the dialect from the certified values:
+// the values of `grid` within half[i] of v[i] + shift[i], v the certified value of element i
+// (flat index of the output). y converted to float16 by truncation: the kernel's value before
+// the conversion is known only within its error bound, and its truncations lie in such a set
+// (panel.cpp, output_truncated_variants).
+struct OutputInterval {
+  DType grid = DType::float16;
+  std::vector<double> shift, half;
+};
 
 // Knobs::sum_lanes of numpy's summation order (numpy_sums).
 inline constexpr std::int64_t kNumpySums = -2;
@@ -84,6 +95,9 @@ struct Knobs {
   // dweight's x-hat rebuilt from y with the weight/bias of the row's lane in a tile of this
   // width (DeepSpeed #692): (x-hat_j scale_j + b_j - b_pos) / scale_pos, pos = (j / T) T + row % T.
   std::int64_t dgamma_tile = 0;
+  // y given as an interval per element (forward; Predictions::slack, grid) instead of the value
+  // the other knobs compute; shared by the copies of one dialect's knobs.
+  std::shared_ptr<const OutputInterval> y_interval;
 };
 
 // The knobs row_stats reads (the statistics of one row), to compare as one: a knob added to

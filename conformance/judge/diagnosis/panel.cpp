@@ -6,11 +6,13 @@
 #include <bit>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <utility>
 
 #include "normcheck/judge/faults.hpp"
+#include "normcheck/judge/tolerance.hpp"
 #include "normcheck/reference/contract.hpp"
 
 namespace normcheck::conf::diag {
@@ -351,6 +353,66 @@ std::vector<Variant> columns_dropped_variants(const Ctx& x) {
   return {Variant{k, {{"columns_dropped", dropped}}}};
 }
 
+// v rounded toward zero to a value of t (a truncating conversion): the nearest value, or its
+// neighbour toward zero where the nearest is farther from zero (rounding_gap's `below` is half
+// the spacing toward zero); beyond the largest finite value, that value.
+double toward_zero(double v, DType t) {
+  if (!std::isfinite(v) || v == 0) return v;
+  const double a = std::fabs(v);
+  double r = ref::round_to(a, t);
+  if (std::isinf(r))
+    r = ref::max_finite(t);
+  else if (r > a)
+    r -= 2 * ref::rounding_gap(r, t).below;
+  return std::copysign(r, v);
+}
+
+// y converted to float16 by truncation (round toward zero) instead of to nearest even. The
+// kernel's value before the conversion is within e of the certified y = v (e: the pre-rounding
+// error bound, the allowance of the same case with a float64 y, under `any`: any correct
+// kernel's), and truncation is monotone, so its float16 output is one of the float16 values in
+// [RZ(v - e), RZ(v + e)]: an interval prediction. Where v lies within e of a float16 value, the
+// kernel's value may fall on either side of it and truncate a whole ulp apart: both are
+// predicted, not only RZ(v). Where v is farther than e from every float16 value, the interval
+// is the one value RZ(v), which a correctly rounded y misses wherever it rounds away from zero.
+// A contract that rounds to the output dtype before the output is not modelled (no prediction).
+std::vector<Variant> output_truncated_variants(const Ctx& x) {
+  if (x.c.dtype_out != DType::float16) return {};
+  const auto y = x.fc.expected.find("y");
+  if (y == x.fc.expected.end()) return {};
+  ref::Case wide = x.c;
+  wide.dtype_out = DType::float64;
+  const auto a = ref::resolve_points(x.c), b = ref::resolve_points(wide);
+  if (a.h != b.h || a.xhat != b.xhat || a.scale != b.scale || a.mul != b.mul) return {};
+  const auto allow = derive_allowances(wide);
+  const auto it = allow.find("y");
+  const auto& v = y->second.f64;
+  if (it == allow.end() || it->second.abs.size() != v.size()) return {};
+  const auto& e = it->second.abs;
+  auto iv = std::make_shared<OutputInterval>();
+  iv->grid = DType::float16;
+  iv->shift.assign(v.size(), 0.0);
+  iv->half.assign(v.size(), 0.0);
+  const double n = static_cast<double>(x.g.cols);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) continue;  // NaN and infinities are kept as they are
+    if (!(e[i] >= 0) || std::isinf(e[i])) {
+      iv->half[i] = kInf;  // MISTRUSTED: not scored
+      continue;
+    }
+    // Beyond e: our binary64 error of the certified value (as TOLERANCE.md 9.3's slack), and of
+    // the prediction's own arithmetic.
+    const double m = std::ldexp(std::fabs(v[i]) * (n + 8), -50);
+    const double lo = toward_zero(v[i] - e[i] - m, DType::float16);
+    const double hi = toward_zero(v[i] + e[i] + m, DType::float16);
+    iv->shift[i] = (lo + hi) / 2 - v[i];
+    iv->half[i] = (hi - lo) / 2 + m + std::ldexp(std::fabs(lo) + std::fabs(hi), -50);
+  }
+  K k = x.spec;
+  k.y_interval = std::move(iv);
+  return one(std::move(k));
+}
+
 // ---- the panel ---------------------------------------------------------------------------------
 
 using Change = void (*)(K&, const Ctx&);
@@ -443,6 +505,9 @@ const Row kRows[] = {
      rstd_rounded_variants<DType::bfloat16>},
     {"rstd_rounded_fp16", "rstd_fp16", 0, "rstd rounded to float16 before the multiply", nullptr, nullptr,
      rstd_rounded_variants<DType::float16>},
+    {"output_truncated_fp16", "fp16_output_truncated", forward | no_block,
+     "float16 y truncated toward zero instead of rounded to nearest even", nullptr, nullptr,
+     output_truncated_variants},
     {"stats_saved_in_x_dtype", "stats_saved_in_x_dtype", x_narrower | no_block,
      "mean and rstd saved in x's dtype (the returned statistics, and those the backward reads)",
      [](K& k, const Ctx& x) { k.saved_stats = x.c.dtype_x; }},

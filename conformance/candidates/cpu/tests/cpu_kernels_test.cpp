@@ -678,6 +678,37 @@ TEST(Mutants, DweightFirstRowsOnly) {
                 fault("dweight_first_rows_only"));
 }
 
+// dmlc/mshadow #368, pocl #2211: y converted to float16 by truncation. Each element is the
+// correct kernel's value before the conversion (the same kernel with a float32 y) rounded toward
+// zero: at most one ulp below it in magnitude, and on some elements a whole ulp from the correctly
+// rounded y; mean and rstd are the correct kernel's, and a float32 y is untouched.
+TEST(Mutants, Fp16OutputTruncated) {
+  const ref::Case c = make_case(Op::layernorm, {4, 64}, Affine::weight_bias, kF16);
+  ref::Case wide = c;
+  wide.dtype_out = DType::float32;
+  const Outputs bad = run_kernel(c, Reduction::two_pass, fault("fp16_output_truncated"));
+  const Outputs ok = run_kernel(c, Reduction::two_pass);
+  const Outputs before = run_kernel(wide, Reduction::two_pass);
+  const auto &yb = bad.at("y").data, &yo = ok.at("y").data, &yv = before.at("y").data;
+  ASSERT_EQ(yb.size(), yv.size());
+  int a_ulp_apart = 0;
+  for (std::size_t i = 0; i < yb.size(); ++i) {
+    EXPECT_EQ(ref::round_to(yb[i], DType::float16), yb[i]) << i;
+    EXPECT_LE(std::fabs(yb[i]), std::fabs(yv[i])) << i;
+    EXPECT_LT(std::fabs(yv[i]) - std::fabs(yb[i]), ulp(DType::float16, std::fabs(yv[i]))) << i;
+    EXPECT_TRUE(yb[i] == 0 || std::signbit(yb[i]) == std::signbit(yv[i])) << i;
+    if (yb[i] != yo[i]) {
+      ++a_ulp_apart;
+      EXPECT_EQ(std::fabs(yo[i]) - std::fabs(yb[i]), ulp(DType::float16, std::fabs(yb[i]))) << i;
+    }
+  }
+  EXPECT_GT(a_ulp_apart, 32) << "about half the elements round up in magnitude";
+  for (const char* name : {"mean", "rstd"})
+    EXPECT_TRUE(identical({{name, bad.at(name)}}, {{name, ok.at(name)}})) << name;
+  expect_agrees(make_case(Op::layernorm, {4, 64}), fault("fp16_output_truncated"));
+  expect_agrees(make_case(Op::rmsnorm, {4, 64}, Affine::weight, kBf16), fault("fp16_output_truncated"));
+}
+
 TEST(CorrectKernels, OutputsAreExactlyTheOutputSpecs) {
   std::vector<ref::Case> cases;
   for (auto dir : {ref::Direction::forward, ref::Direction::backward}) {

@@ -93,6 +93,13 @@ inline constexpr std::array kFaults{
                "the returned statistics and the backward's x-hat carry its rounding",
                "flagos-ai/FlagGems #221",
                "float16/bfloat16 x with float32 statistics: the mean/rstd outputs (`ln_f16_normal`, `rms_bf16_normal`), dweight of a backward", mutant},
+    FaultEntry{"fp16_output_truncated", 'D', "float16 y truncated toward zero, not rounded to nearest even",
+               "float16 output converted by truncation (the extra significand bits dropped, round toward "
+               "zero) instead of round to nearest even",
+               "dmlc/mshadow #368 (float2half), pocl/pocl #2211 (pocl_float_to_half)",
+               "float16 y under a declared class (`ln_f16_*`, `*_f16_prod_*`): an exact y just below a "
+               "float16 value is truncated a whole ulp down",
+               mutant},
     FaultEntry{"h_kept_unrounded", 'D', "fused_add_lowp's h rounding skipped",
                "statistics from the fp32 x + residual where the contract rounds h to the residual dtype first",
                "the unfused path of vllm #52104", "`rms_fused_add_lowp_bf16_fwd`", mutant,
