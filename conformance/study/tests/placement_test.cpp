@@ -297,6 +297,11 @@ TEST(Study, BadOptionsNameTheirArgument) {
   o = {};
   o.sweep_steps = 0;
   EXPECT_EQ(arg_of(o), "--sweep-steps");
+  o = {};
+  o.seeds = 0;
+  EXPECT_EQ(arg_of(o), "--seeds");
+  o.seeds = kMaxSeeds + 1;
+  EXPECT_EQ(arg_of(o), "--seeds");
   EXPECT_EQ(parse_model("attention+ffn"), Model::attention_ffn);
   EXPECT_FALSE(parse_model("attention"));
   EXPECT_FALSE(parse_placement("postln"));
@@ -309,12 +314,49 @@ TEST(Study, DeterministicWhateverTheThreads) {
   o.steps = 2;
   o.sweep_lrs = {1e-3, 1e-1};
   o.sweep_steps = 2;
+  o.seeds = 3;
   o.threads = 1;
   const auto a = to_json(run_placement_study(o), {}, "", "");
   o.threads = 2;
   auto b = to_json(run_placement_study(o), {}, "", "");
   EXPECT_EQ(a["runs"].dump(), b["runs"].dump());
   EXPECT_EQ(a["lr_sweep"].dump(), b["lr_sweep"].dump());
+  EXPECT_EQ(a["seeds"].dump(), b["seeds"].dump());
+}
+
+// The other seeds: seed k of the multi-seed study is the study at --seed seed + k (its
+// initialization and first step), and the first is the study's own run.
+TEST(Study, EachSeedIsTheStudyAtThatSeed) {
+  PlacementOptions o = small();
+  o.depths = {3};
+  o.steps = 1;
+  o.sweep_lrs.clear();
+  o.lowp.clear();
+  o.seeds = 3;
+  const StudyResult r = run_placement_study(o);
+  ASSERT_EQ(r.seed_runs.size(), r.runs.size());
+  o.seeds = 1;
+  o.seed += 2;
+  const StudyResult third = run_placement_study(o);
+  for (std::size_t i = 0; i < r.runs.size(); ++i) {
+    const SeedRun& sr = r.seed_runs[i];
+    ASSERT_EQ(sr.seeds.size(), 3u);
+    EXPECT_EQ(sr.seeds[2], o.seed);
+    EXPECT_EQ(sr.grad_w2[0], r.runs[i].steps[0].grad_w2);
+    EXPECT_EQ(sr.model_update[0], r.runs[i].steps[1].model_update);
+    EXPECT_EQ(sr.grad_w1[2], third.runs[i].steps[0].grad_w1);
+    EXPECT_EQ(sr.grad_w2[2], third.runs[i].steps[0].grad_w2);
+    EXPECT_EQ(sr.model_update[2], third.runs[i].steps[1].model_update);
+    EXPECT_NE(sr.grad_w2[1], sr.grad_w2[0]);
+  }
+  // The statistics: the mean slope is the geometric mean's slope; exp(slope) of a profile that
+  // doubles from the first to the last layer is 2.
+  const Trend t = layer_trend({{1, 2, 4}, {3, 3, 3}});
+  EXPECT_NEAR(t.slope, std::log(2.0), 1e-12);
+  EXPECT_NEAR(t.se, std::log(2.0), 1e-12);  // per seed ln 4 and 0: sd ln 4 / sqrt 2, over sqrt 2
+  const auto g = geometric_mean_profile({{1, 2, 4}, {4, 2, 1}});
+  EXPECT_NEAR(g[0], 2.0, 1e-12);
+  EXPECT_NEAR(g[2], 2.0, 1e-12);
 }
 
 const StackRun& find_run(const StudyResult& r, Placement p, ref::Op n, std::int64_t L) {

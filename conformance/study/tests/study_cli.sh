@@ -41,6 +41,10 @@ bad "heads not dividing d" "--heads" --heads 5
 bad "sweep rate 0" "--sweep-lr" --sweep-lr 1e-3,0
 bad "sweep rate not a number" "--sweep-lr" --sweep-lr 1e-3,fast
 bad "sweep steps 0" "--sweep-steps" --sweep-steps 0
+bad "seeds 0" "--seeds" --seeds 0
+bad "seeds 65" "--seeds" --seeds 65
+bad "seeds not a number" "--seeds" --seeds many
+bad "seeds 0 with --full" "--seeds" --full --seeds 0
 
 "$nc" "${small[@]}" --json "$work/r.json" --markdown "$work/s.md" >"$work/run.out" 2>&1
 check "small study: exit 0" test $? = 0
@@ -48,7 +52,7 @@ check "small study: prints the checks" grep -q "pre_over_post_last_layer_exponen
 check "results file: format, version, runs, checks, per-layer arrays" "$py" - "$work/r.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert j["format"] == "normcheck-study-placement" and j["format_version"] == 2, j["format"]
+assert j["format"] == "normcheck-study-placement" and j["format_version"] == 3, j["format"]
 assert j["options"]["model"] == "attention+ffn" and j["options"]["heads"] == 4, j["options"]
 assert len(j["runs"]) == 4 * 2 * 2, len(j["runs"])
 sw = j["lr_sweep"]
