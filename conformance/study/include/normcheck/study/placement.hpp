@@ -4,7 +4,7 @@
 // counts), at initialization and over a few deterministic optimizer steps on a synthetic
 // regression target; per layer the FFN weight-gradient norms, the activation norms, the model
 // update ||ΔF|| and the inf/NaN/subnormal counts; and the checks of the shapes Xiong et al. 2020
-// and Wang et al. 2022 predict.
+// and Wang et al. 2022 predict, as statistics over several initializations (--seeds).
 #pragma once
 
 #include <cstdint>
