@@ -18,18 +18,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr std::int64_t kFullSeeds = 16;
+
 struct StudyArgs {
   std::vector<std::string> placements{"post", "pre", "sandwich", "deepnorm"}, norms{"layernorm", "rmsnorm"};
-  std::vector<std::string> lowp{"float16", "bfloat16"};
+  std::vector<std::string> lowp{"none"};
   std::vector<std::string> sweep_lr{"1e-4", "1e-3", "1e-2", "1e-1", "1"};
   std::string activation = "relu", optimizer = "adam", model = "attention+ffn", json, html_dir, markdown;
   std::optional<double> alpha, beta;
   study::PlacementOptions o;
-  bool force = false;
+  bool force = false, full = false;
+  CLI::App* cmd = nullptr;
 };
+
+// --full: the full study where an option is not given (README.md "Speed").
+void apply_full(StudyArgs& a) {
+  if (!a.full) return;
+  auto given = [&](const char* flag) { return a.cmd->get_option(flag)->count() > 0; };
+  if (!given("--seeds")) a.o.seeds = kFullSeeds;
+  if (!given("--sweep-lr")) a.sweep_lr = {"1e-4", "1e-3", "1e-2", "1e-1", "1"};
+  if (!given("--sweep-steps")) a.o.sweep_steps = 4;
+  if (!given("--lowp")) a.lowp = {"float16", "bfloat16"};
+  if (!given("--steps")) a.o.steps = 4;
+}
 
 // The options into o, or a StudyInputError naming the flag.
 void parse(StudyArgs& a) {
+  apply_full(a);
   auto& o = a.o;
   o.placements.clear();
   for (const auto& s : a.placements) {
@@ -143,6 +158,7 @@ Runner add_study_command(CLI::App& app, std::vector<std::string>& argv_all) {
                    "activation norms, the model update, low-precision overflow counts and the usable learning rates, checked against Xiong et al. 2020 and Wang et al. 2022 "
                    "(conformance/study/README.md)");
   auto& o = a->o;
+  a->cmd = cmd;
   cmd->add_option("--placement", a->placements, "Placements, comma-separated (post,pre,sandwich,deepnorm)")->delimiter(',');
   cmd->add_option("--norm", a->norms, "Norms, comma-separated (layernorm,rmsnorm)")->delimiter(',');
   cmd->add_option("--layers", o.depths, "Depths L, comma-separated (6,12,24,48; 1 to 64)")->delimiter(',');
@@ -157,17 +173,23 @@ Runner add_study_command(CLI::App& app, std::vector<std::string>& argv_all) {
   cmd->add_option("--deepnorm-beta", a->beta, "DeepNorm's FFN init gain (default (8N)^(-1/4), N = L)");
   cmd->add_option("--optimizer", a->optimizer, "adam (default) or sgd");
   cmd->add_option("--lr", o.lr, "Learning rate (1e-4)");
-  cmd->add_option("--steps", o.steps, "Optimizer steps after initialization (4)");
-  cmd->add_option("--lowp", a->lowp, "Compute dtypes of the overflow counts, comma-separated, or none (float16,bfloat16)")
+  cmd->add_option("--steps", o.steps, "Optimizer steps after initialization (1; --full: 4)");
+  cmd->add_option("--lowp", a->lowp, "Compute dtypes of the overflow counts, comma-separated, or none (none; --full: float16,bfloat16)")
       ->delimiter(',');
   cmd->add_option("--loss-scale", o.loss_scale, "Loss scale of the low-precision backward (65536, GradScaler's initial scale)");
   cmd->add_option("--lowp-every", o.lowp_every, "Count at every k-th step and the last too (0: at initialization only)");
   cmd->add_option("--sweep-lr", a->sweep_lr,
                   "Learning rates of the usable-rate sweep, comma-separated, or none (1e-4,1e-3,1e-2,1e-1,1)")->delimiter(',');
-  cmd->add_option("--sweep-steps", o.sweep_steps, "Optimizer steps per rate of the sweep (4)");
+  cmd->add_option("--sweep-steps", o.sweep_steps, "Optimizer steps per rate of the sweep (1; --full: 4)");
   cmd->add_option("--seed", o.seed, "Seed of the weights and the data");
+  cmd->add_flag("--full", a->full,
+                "The full study where not given otherwise: --seeds 16 --steps 4 --sweep-lr 1e-4,1e-3,1e-2,1e-1,1 "
+                "--sweep-steps 4 --lowp float16,bfloat16 (about 40 s of CPU)");
+  cmd->add_option("--seeds", o.seeds,
+                  "Initializations of the paper checks, seed .. seed + N - 1 (the others float64, initialization and the "
+                  "first step only; 4, --full: 16; 1 to 64)");
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)");
-  cmd->add_option("--json", a->json, "Write the results file (normcheck-study-placement v2) here");
+  cmd->add_option("--json", a->json, "Write the results file (normcheck-study-placement v3) here");
   cmd->add_option("--html", a->html_dir, "Write the page, DIR/index.html");
   cmd->add_option("--markdown", a->markdown, "Write the Markdown summary here");
   cmd->add_flag("--force", a->force, "Replace existing output files");

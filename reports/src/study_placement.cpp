@@ -1,5 +1,5 @@
 // The placement study's page and Markdown summary, from its results file
-// (normcheck-study-placement v1 or v2; v2's fields are optional here). The page is one self-contained file like the conformance
+// (normcheck-study-placement v1, v2 or v3; v2's and v3's fields are optional here). The page is one self-contained file like the conformance
 // report: Chart.js and the data inlined, nothing fetched; one plot per quantity with the layer
 // on the x axis and one line (own marker shape and dash) per placement; a page check at the
 // bottom (#nc-status) that the headless-Chromium test reads.
@@ -88,6 +88,26 @@ Json read_study(const std::string& text, const std::string& source) {
         r.field(lp[k], w, "dtype", Json::value_t::string);
         for (const char* f : {"fwd_inf", "fwd_nan", "fwd_subnormal", "bwd_inf", "bwd_nan", "bwd_subnormal"})
           r.numbers(lp[k], w, f, static_cast<std::size_t>(layers + 1));
+      }
+    }
+  }
+  if (j.contains("seeds")) {  // version 3, optional
+    const Json& ss = r.field(j, "", "seeds", Json::value_t::object);
+    const std::size_t n = r.field(ss, "seeds.", "seeds", Json::value_t::array).size();
+    if (n < 1) r.fail("seeds.seeds", "empty");
+    const Json& rows = r.field(ss, "seeds.", "runs", Json::value_t::array);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::string p = fmt::format("seeds.runs[{}].", i);
+      r.field(rows[i], p, "placement", Json::value_t::string);
+      r.field(rows[i], p, "norm", Json::value_t::string);
+      const auto layers = r.field(rows[i], p, "layers", Json::value_t::number_integer).get<std::int64_t>();
+      if (layers < 1) r.fail(p + "layers", "expected at least 1");
+      r.numbers(rows[i], p, "grad_w2_geomean", static_cast<std::size_t>(layers));
+      r.numbers(rows[i], p, "model_update", n);
+      for (const char* f : {"grad_w2_log_slope", "grad_w2_log_slope_se", "model_update_geomean"}) {
+        const Json& v = r.field(rows[i], p, f, rows[i].contains(f) && rows[i].at(f).is_string() ? Json::value_t::string
+                                                                                                : Json::value_t::number_float);
+        if (v.is_string() && v != "inf" && v != "-inf" && v != "nan") r.fail(p + f, "expected a number");
       }
     }
   }
@@ -308,6 +328,28 @@ std::string options_text(const Json& o) {
   return s;
 }
 
+// The statistics over seeds (version 3) per stack: N, the fitted last-over-first ratio of
+// ||dL/dW2|| exp(b) with exp(b ± 2 se), the geometric mean's last over first layer, ||ΔF|| after
+// the first step (geometric mean). One row of cells per stack.
+std::vector<std::vector<std::string>> seed_rows(const Json& j) {
+  std::vector<std::vector<std::string>> rows;
+  if (!j.contains("seeds")) return rows;
+  const std::size_t n = j.at("seeds").at("seeds").size();
+  auto d = [](const Json& v) { return v.is_number() ? v.get<double>() : std::nan(""); };
+  for (const auto& r : j.at("seeds").at("runs")) {
+    const double b = d(r.at("grad_w2_log_slope")), se = d(r.at("grad_w2_log_slope_se"));
+    const Json& g = r.at("grad_w2_geomean");
+    const double lof = d(g.back()) / d(g.front());
+    rows.push_back({r.at("placement").get<std::string>(), r.at("norm").get<std::string>(),
+                    std::to_string(r.at("layers").get<std::int64_t>()), std::to_string(n), text::num(std::exp(b)),
+                    fmt::format("{} – {}", text::num(std::exp(b - 2 * se)), text::num(std::exp(b + 2 * se))), text::num(lof),
+                    num(r.at("model_update_geomean"))});
+  }
+  return rows;
+}
+constexpr const char* kSeedHeads[] = {"placement", "norm", "L", "seeds", "‖dW2‖ trend, last/first", "± 2 se",
+                                      "geometric mean, last/first", "‖ΔF‖ step 1, geometric mean"};
+
 const char* status_class(const std::string& s) {
   return s == "reproduced" ? "reproduced" : (s == "not reproduced" ? "notrep" : "noteval");
 }
@@ -332,12 +374,26 @@ std::string study_placement_html(const std::string& json_text, const std::string
                      html_escape(c.at("id")), html_escape(c.at("claim")), html_escape(c.at("source")),
                      status_class(c.at("status")), html_escape(c.at("status")), html_escape(c.at("measured")));
   s += "</table>\n";
+  if (const auto rows = seed_rows(j); !rows.empty()) {
+    s += "<h2>Across seeds</h2>\n<p>What the checks of Figure 3, Theorem 1 and DeepNet use: every stack at every seed, "
+         "float64, at initialization and after the first step. The trend of ‖dL/dW2‖ is exp(b), b the slope of its log "
+         "against the layer position l/(L−1) over all layers, the mean over the seeds (± 2 standard errors); the plots "
+         "below are of the first seed.</p>\n<table><tr>";
+    for (const char* h : kSeedHeads) s += fmt::format("<th>{}</th>", h);
+    s += "</tr>\n";
+    for (const auto& row : rows) {
+      s += "<tr>";
+      for (const auto& c : row) s += "<td>" + html_escape(c) + "</td>";
+      s += "</tr>\n";
+    }
+    s += "</table>\n";
+  }
   s += "<h2>Per layer and across depths</h2>\n<p>One line per placement (each with its own marker shape and dash). "
        "<label>Norm <select id=\"nc-norm\"></select></label> <label>Depth <select id=\"nc-layers\"></select></label> "
        "<label>When <select id=\"nc-step\"></select></label></p>\n<div id=\"nc-plots\"></div>\n";
   s += std::string("<h2>What this study does not show</h2>\n<ul><li>") +
        (attention ? "The model is a small encoder (one short sequence, no masking, no embeddings, no dropout), not the papers' "
-                    "translation Transformers; one seed."
+                    "translation Transformers; the paper checks are over the seeds above, the plots and the sweep of one seed."
                   : "Attention is not modelled: each block is one position-wise FFN sublayer with its norm(s). Xiong et al.'s "
                     "Figure 3 and DeepNet's experiments are of full Transformers.") +
        "</li><li>The data are synthetic (Gaussian inputs, a random linear teacher), a few tokens, a few steps: early "
@@ -389,6 +445,20 @@ std::string study_placement_markdown(const std::string& json_text, const std::st
                      num(s0.at("act_in").at(L - 1)), st.size() > 1 ? num(st.at(1).at("model_update")) : "—",
                      num(s0.at("loss")), num(st.back().at("loss")), lowp.empty() ? "—" : lowp, prenorm);
   }
+  if (const auto rows = seed_rows(j); !rows.empty()) {
+    s += "\n## Across seeds\n\nEvery stack at every seed (float64, initialization and the first step): the trend of "
+         "‖dL/dW2‖ is exp(b), b the slope of its log against the layer position l/(L−1) over all layers, the mean over "
+         "the seeds (± 2 standard errors).\n\n|";
+    for (const char* h : kSeedHeads) s += fmt::format(" {} |", h);
+    s += "\n|";
+    for (std::size_t k = 0; k < std::size(kSeedHeads); ++k) s += "---|";
+    s += "\n";
+    for (const auto& row : rows) {
+      s += "|";
+      for (const auto& c : row) s += " " + text::md_cell(c) + " |";
+      s += "\n";
+    }
+  }
   if (j.contains("lr_sweep")) {
     const Json& sw = j.at("lr_sweep");
     s += fmt::format("\n## Usable learning rates\n\n{} {} steps per rate; {}. Final over initial loss per rate.\n\n",
@@ -410,7 +480,8 @@ std::string study_placement_markdown(const std::string& json_text, const std::st
   }
   const bool attention = j.at("options").value("model", std::string("ffn")) == "attention+ffn";
   s += std::string("\n## What this study does not show\n\n") +
-       (attention ? "The model is a small encoder (one short sequence, no masking, embeddings or dropout), one seed; "
+       (attention ? "The model is a small encoder (one short sequence, no masking, embeddings or dropout); the paper checks are "
+                    "over the seeds above, the per-stack rows and the sweep of one seed; "
                   : "Attention is not modelled (each block is one FFN sublayer with its norms); ") +
        "the data are synthetic and the training is a few steps; no placement is always better — results depend "
        "on depth, initialization, residual scaling, warmup, optimizer, learning rate and precision.\n";

@@ -11,7 +11,7 @@ rm -rf "$work" && mkdir -p "$work"
 virtual_time_budget=20000
 source "$(dirname "$0")/chromium_common.sh"
 
-"$nc" study placement --layers 6,12,24 --steps 2 --lowp-every 1 --sweep-lr 1e-3,1e-1 --sweep-steps 2 --json "$work/study.json" --html "$work/page" \
+"$nc" study placement --layers 6,12,24 --steps 2 --lowp float16,bfloat16 --lowp-every 1 --seeds 2 --sweep-lr 1e-3,1e-1 --sweep-steps 2 --json "$work/study.json" --html "$work/page" \
   --markdown "$work/study.md" >"$work/study.out" 2>&1
 check "study placement --html: exit 0" test $? = 0
 dir="$work/page"

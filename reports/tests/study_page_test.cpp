@@ -3,6 +3,7 @@
 // these guard the reader against a results file from another version or edited by hand).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "normcheck/reports/study.hpp"
@@ -33,6 +34,19 @@ nlohmann::ordered_json minimal2() {
                    {"runs", {{{"placement", "post"}, {"norm", "layernorm"}, {"layers", 2}, {"usable", {true, false}},
                               {"final_over_initial", {0.5, 1.2}}, {"largest_usable_lr", 0.01}, {"smallest_unusable_lr", 1},
                               {"best_lr", 0.01}}}}};
+  return j;
+}
+
+// Version 3: the statistics over seeds.
+nlohmann::ordered_json minimal3() {
+  auto j = minimal2();
+  j["format_version"] = 3;
+  j["options"]["seeds"] = 2;
+  j["seeds"] = {{"seeds", {7, 8}}, {"statistic", "geometric means"},
+                {"runs", {{{"placement", "post"}, {"norm", "layernorm"}, {"layers", 2}, {"grad_w1", {{1, 2}, {1, 2}}},
+                           {"grad_w2", {{1, 2}, {1, 8}}}, {"model_update", {0.1, 0.4}}, {"grad_w2_geomean", {1, 4}},
+                           {"grad_w2_log_slope", std::log(4.0)}, {"grad_w2_log_slope_se", 0.0},
+                           {"model_update_geomean", 0.2}}}}};
   return j;
 }
 
@@ -71,13 +85,33 @@ TEST(StudyPage, Version2FileRendersTheSweep) {
   EXPECT_NE(html.find("self-attention + FFN blocks"), std::string::npos);
 }
 
+TEST(StudyPage, Version3FileRendersTheSeeds) {
+  const std::string md = study_placement_markdown(minimal3().dump(), "s.json");
+  EXPECT_NE(md.find("## Across seeds"), std::string::npos) << md;
+  EXPECT_NE(md.find("| post | layernorm | 2 | 2 | 4 | 4 – 4 | 4 | 0.2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("## Usable learning rates"), std::string::npos) << md;
+  const std::string html = study_placement_html(minimal3().dump(), "s.json", "", "");
+  EXPECT_NE(html.find("<h2>Across seeds</h2>"), std::string::npos);
+  // Versions 1 and 2 have no seeds section.
+  EXPECT_EQ(study_placement_markdown(minimal2().dump(), "s.json").find("## Across seeds"), std::string::npos);
+  auto j = minimal3();
+  j["seeds"]["runs"][0]["model_update"] = {0.1};
+  EXPECT_NE(error_of(j).find("seeds.runs[0].model_update: expected 2 values"), std::string::npos);
+  j = minimal3();
+  j["seeds"]["runs"][0]["grad_w2_log_slope"] = "steep";
+  EXPECT_NE(error_of(j).find("seeds.runs[0].grad_w2_log_slope: expected a number"), std::string::npos);
+  j = minimal3();
+  j["seeds"]["runs"][0].erase("grad_w2_geomean");
+  EXPECT_NE(error_of(j).find("seeds.runs[0].grad_w2_geomean: missing"), std::string::npos);
+}
+
 TEST(StudyPage, BadFilesNameTheField) {
   EXPECT_NE(error_of(nlohmann::ordered_json::array()).find("s.json: (root): expected an object"), std::string::npos);
   auto j = minimal();
   j["format"] = "normcheck-results";
   EXPECT_NE(error_of(j).find("s.json: format: expected \"normcheck-study-placement\""), std::string::npos);
   j = minimal();
-  j["format_version"] = 3;
+  j["format_version"] = 4;
   EXPECT_NE(error_of(j).find("format_version"), std::string::npos);
   j = minimal2();
   j["runs"][0]["steps"][0]["prenorm_ffn"] = {1};

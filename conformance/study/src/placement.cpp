@@ -393,7 +393,7 @@ MemoryTerms memory_terms(const PlacementOptions& o) {
 
 double memory_estimate(const PlacementOptions& o) {
   const double jobs = static_cast<double>(o.placements.size() * o.norms.size() * o.depths.size() *
-                                          std::max<std::size_t>(1, o.sweep_lrs.size() + 1));
+                                          (o.sweep_lrs.size() + static_cast<std::size_t>(std::max<std::int64_t>(1, o.seeds))));
   const MemoryTerms m = memory_terms(o);
   return (m.ffn + m.proj + m.tokens + m.probs) * std::min<double>(jobs, thread_count(o, static_cast<std::size_t>(jobs)));
 }
@@ -432,6 +432,8 @@ void validate(const PlacementOptions& o) {
     if (!finite_positive(lr)) throw StudyInputError("--sweep-lr", "every rate must be a positive finite number");
   if (o.sweep_steps < 1 || o.sweep_steps > kMaxSteps)
     throw StudyInputError("--sweep-steps", fmt::format("{} is out of range: 1 to {}", o.sweep_steps, kMaxSteps));
+  if (o.seeds < 1 || o.seeds > kMaxSeeds)
+    throw StudyInputError("--seeds", fmt::format("{} is out of range: 1 to {}", o.seeds, kMaxSeeds));
   const double need = memory_estimate(o);
   const double limit = o.memory_limit_bytes > 0 ? static_cast<double>(o.memory_limit_bytes) : physical_memory() / 2;
   if (need > limit) {
@@ -855,6 +857,25 @@ StackRun run_stack(const PlacementOptions& o, const Data& data, Placement pl, re
   return run;
 }
 
+// One stack at another seed (o.seed is that seed): float64, ||dL/dW1|| and ||dL/dW2|| per layer
+// at initialization and ||ΔF|| after the first step of the optimizer (a forward pass only).
+void seed_stack(const PlacementOptions& o, const Data& data, Placement pl, ref::Op norm, std::int64_t layers, SeedRun& out,
+                std::size_t k) {
+  Stack s = make_stack(o, pl, norm, layers);
+  const Pass p = run_pass(s, data, DType::float64);
+  out.grad_w1[k].clear();
+  out.grad_w2[k].clear();
+  for (const auto& g : p.grads) out.grad_w1[k].push_back(frobenius(g.w1)), out.grad_w2[k].push_back(frobenius(g.w2));
+  out.model_update[k] = std::numeric_limits<double>::quiet_NaN();
+  if (o.steps < 1) return;
+  Optim opt(o, o.lr);
+  opt.step(s, p);
+  const Pass q = run_pass(s, data, DType::float64, 1.0, false);
+  std::vector<double> diff(q.y.size());
+  for (std::size_t i = 0; i < diff.size(); ++i) diff[i] = q.y[i] - p.y[i];
+  out.model_update[k] = rms_token_norm(diff, data.tokens);
+}
+
 // The sweep of one stack: at each rate, the losses at steps 0 .. sweep_steps (stopping at the
 // first non-finite one). Every rate starts from the same draw, so the first pass is made once.
 std::vector<std::vector<double>> sweep_losses(const PlacementOptions& o, const Data& data, Placement pl, ref::Op norm,
@@ -892,14 +913,22 @@ StudyResult run_placement_study(const PlacementOptions& o) {
   StudyResult r;
   r.options = o;
   const Data data = make_data(o);
-  // Jobs: every stack of the study, and every stack's sweep; each writes its own slot, so the
-  // result does not depend on the threads.
+  // The other seeds' options and data (seed + k).
+  std::vector<PlacementOptions> seed_opts;
+  std::vector<Data> seed_data;
+  for (std::int64_t k = 0; k < o.seeds; ++k) {
+    seed_opts.push_back(o);
+    seed_opts.back().seed = o.seed + static_cast<std::uint64_t>(k);
+    seed_data.push_back(k == 0 ? data : make_data(seed_opts.back()));
+  }
+  // Jobs: every stack of the study, every stack's sweep, every stack at every other seed; each
+  // writes its own slot, so the result does not depend on the threads.
   struct Job {
     Placement p;
     ref::Op norm;
     std::int64_t layers;
     std::size_t slot;
-    std::int64_t rate;  // -1: the study's stack; 0: the stack's sweep
+    std::int64_t rate;  // -1: the study's stack; 0: the stack's sweep; -2 - k: the stack at seed + k (k >= 1)
     double cost;        // layers x passes, to start the longest first
   };
   std::vector<Job> jobs;
@@ -910,6 +939,15 @@ StudyResult run_placement_study(const PlacementOptions& o) {
       for (auto l : o.depths) {
         const std::size_t slot = r.runs.size();
         r.runs.emplace_back();
+        r.seed_runs.emplace_back();
+        SeedRun& sr = r.seed_runs.back();
+        sr.placement = p, sr.norm = n, sr.layers = l;
+        const auto ns = static_cast<std::size_t>(o.seeds);
+        sr.grad_w1.resize(ns), sr.grad_w2.resize(ns), sr.model_update.resize(ns);
+        for (std::int64_t k = 0; k < o.seeds; ++k) {
+          sr.seeds.push_back(o.seed + static_cast<std::uint64_t>(k));
+          if (k > 0) jobs.push_back({p, n, l, slot, -2 - k, static_cast<double>(l) * 1.7});
+        }
         const double lowp_passes = static_cast<double>(o.lowp.size()) * 2.0;
         jobs.push_back({p, n, l, slot, -1, static_cast<double>(l) * (static_cast<double>(o.steps + 1) + lowp_passes)});
         if (!sweeping) continue;
@@ -929,7 +967,10 @@ StudyResult run_placement_study(const PlacementOptions& o) {
     for (std::size_t k; (k = next++) < order.size();) {
       const Job& j = jobs[order[k]];
       try {
-        if (j.rate < 0)
+        if (j.rate <= -3) {
+          const auto sk = static_cast<std::size_t>(-2 - j.rate);
+          seed_stack(seed_opts[sk], seed_data[sk], j.p, j.norm, j.layers, r.seed_runs[j.slot], sk);
+        } else if (j.rate < 0)
           r.runs[j.slot] = run_stack(o, data, j.p, j.norm, j.layers);
         else
           r.sweep[j.slot].losses = sweep_losses(o, data, j.p, j.norm, j.layers);
@@ -946,6 +987,14 @@ StudyResult run_placement_study(const PlacementOptions& o) {
   work();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
+  // Seed 0 is the study's own stack.
+  for (std::size_t i = 0; i < r.runs.size(); ++i) {
+    const StepStats& s0 = r.runs[i].steps.front();
+    r.seed_runs[i].grad_w1[0] = s0.grad_w1;
+    r.seed_runs[i].grad_w2[0] = s0.grad_w2;
+    r.seed_runs[i].model_update[0] =
+        r.runs[i].steps.size() > 1 ? r.runs[i].steps[1].model_update : std::numeric_limits<double>::quiet_NaN();
+  }
   for (auto& sw : r.sweep)
     for (std::size_t k = 0; k < sw.losses.size(); ++k) {
       sw.usable.push_back(usable_losses(sw.losses[k]));

@@ -221,7 +221,7 @@ TEST(Study, SweepMarksARisingLossUnusable) {
   }
   const auto j = to_json(r, paper_checks(r), "", "");
   EXPECT_EQ(j["lr_sweep"]["runs"].size(), r.sweep.size());
-  EXPECT_EQ(j["format_version"], 2);
+  EXPECT_EQ(j["format_version"], 3);
 }
 
 // A loss scale of 2^24 overflows float16 gradients (max 65504) and not bfloat16's (max 3.4e38);
@@ -297,6 +297,11 @@ TEST(Study, BadOptionsNameTheirArgument) {
   o = {};
   o.sweep_steps = 0;
   EXPECT_EQ(arg_of(o), "--sweep-steps");
+  o = {};
+  o.seeds = 0;
+  EXPECT_EQ(arg_of(o), "--seeds");
+  o.seeds = kMaxSeeds + 1;
+  EXPECT_EQ(arg_of(o), "--seeds");
   EXPECT_EQ(parse_model("attention+ffn"), Model::attention_ffn);
   EXPECT_FALSE(parse_model("attention"));
   EXPECT_FALSE(parse_placement("postln"));
@@ -309,12 +314,49 @@ TEST(Study, DeterministicWhateverTheThreads) {
   o.steps = 2;
   o.sweep_lrs = {1e-3, 1e-1};
   o.sweep_steps = 2;
+  o.seeds = 3;
   o.threads = 1;
   const auto a = to_json(run_placement_study(o), {}, "", "");
   o.threads = 2;
   auto b = to_json(run_placement_study(o), {}, "", "");
   EXPECT_EQ(a["runs"].dump(), b["runs"].dump());
   EXPECT_EQ(a["lr_sweep"].dump(), b["lr_sweep"].dump());
+  EXPECT_EQ(a["seeds"].dump(), b["seeds"].dump());
+}
+
+// The other seeds: seed k of the multi-seed study is the study at --seed seed + k (its
+// initialization and first step), and the first is the study's own run.
+TEST(Study, EachSeedIsTheStudyAtThatSeed) {
+  PlacementOptions o = small();
+  o.depths = {3};
+  o.steps = 1;
+  o.sweep_lrs.clear();
+  o.lowp.clear();
+  o.seeds = 3;
+  const StudyResult r = run_placement_study(o);
+  ASSERT_EQ(r.seed_runs.size(), r.runs.size());
+  o.seeds = 1;
+  o.seed += 2;
+  const StudyResult third = run_placement_study(o);
+  for (std::size_t i = 0; i < r.runs.size(); ++i) {
+    const SeedRun& sr = r.seed_runs[i];
+    ASSERT_EQ(sr.seeds.size(), 3u);
+    EXPECT_EQ(sr.seeds[2], o.seed);
+    EXPECT_EQ(sr.grad_w2[0], r.runs[i].steps[0].grad_w2);
+    EXPECT_EQ(sr.model_update[0], r.runs[i].steps[1].model_update);
+    EXPECT_EQ(sr.grad_w1[2], third.runs[i].steps[0].grad_w1);
+    EXPECT_EQ(sr.grad_w2[2], third.runs[i].steps[0].grad_w2);
+    EXPECT_EQ(sr.model_update[2], third.runs[i].steps[1].model_update);
+    EXPECT_NE(sr.grad_w2[1], sr.grad_w2[0]);
+  }
+  // The statistics: the mean slope is the geometric mean's slope; exp(slope) of a profile that
+  // doubles from the first to the last layer is 2.
+  const Trend t = layer_trend({{1, 2, 4}, {3, 3, 3}});
+  EXPECT_NEAR(t.slope, std::log(2.0), 1e-12);
+  EXPECT_NEAR(t.se, std::log(2.0), 1e-12);  // per seed ln 4 and 0: sd ln 4 / sqrt 2, over sqrt 2
+  const auto g = geometric_mean_profile({{1, 2, 4}, {4, 2, 1}});
+  EXPECT_NEAR(g[0], 2.0, 1e-12);
+  EXPECT_NEAR(g[2], 2.0, 1e-12);
 }
 
 const StackRun& find_run(const StudyResult& r, Placement p, ref::Op n, std::int64_t L) {
@@ -434,7 +476,8 @@ TEST_F(PapersFfn, DeepNormUpdateGrowsMuchMoreSlowlyThanPostLN) {
 
 
 // The default model: each block self-attention (4 heads) then the FFN. Measured with the
-// defaults (README.md "Checked against the papers"); the sweep on two of its rates.
+// defaults (README.md "Checked against the papers": 4 seeds, float64, the first step); the
+// sweep on two of its rates at 4 steps (the full sweep's).
 class Papers : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -463,61 +506,73 @@ class Papers : public ::testing::Test {
 StudyResult* Papers::result_ = nullptr;
 std::vector<PaperCheck>* Papers::checks_ = nullptr;
 
-// Figure 3, Post-LN: with attention the gradient does grow towards the last layer in the deep
-// stacks (last over first 6.4 LayerNorm, 17 RMSNorm at L = 48; 1.7-1.8 at 12), but not at L = 6
-// (0.85, 0.74), nor RMSNorm's L = 24 (0.46): not reproduced at every depth, as the check needs.
+// The statistics over the default 4 seeds (20260..20263), as the checks take them.
+const SeedRun& seed_run(const StudyResult& r, Placement p, ref::Op n, std::int64_t L) {
+  for (const auto& x : r.seed_runs)
+    if (x.placement == p && x.norm == n && x.layers == L) return x;
+  throw std::logic_error("no such seed run");
+}
+
+// Figure 3, Post-LN, over 4 seeds: the fitted last-over-first ratio of ||dL/dW2|| grows with the
+// depth — below 1 at L = 6 (0.79 LayerNorm, 0.78 RMSNorm), 1.4-1.7 at 12 and 24, 5.2 and 5.9 at
+// 48, where the seeds agree on the growth (b more than 2 standard errors above 0) — but Figure 3
+// is of a 6-layer model, and there it falls: not reproduced.
 TEST_F(Papers, Figure3PostGrowsWithTheLayerInDeepStacksOnly) {
   for (auto n : {ref::Op::layernorm, ref::Op::rmsnorm}) {
-    auto last_over_first = [&](std::int64_t L) {
-      const auto& g = run(Placement::post, n, L).steps[0].grad_w2;
-      return g.back() / g.front();
-    };
-    EXPECT_GT(last_over_first(48), 5.0) << ref::name_of(n);
-    EXPECT_GT(last_over_first(12), 1.5) << ref::name_of(n);
-    EXPECT_LT(last_over_first(6), 1.0) << ref::name_of(n);
+    const Trend t6 = layer_trend(seed_run(*result_, Placement::post, n, 6).grad_w2);
+    const Trend t48 = layer_trend(seed_run(*result_, Placement::post, n, 48).grad_w2);
+    std::printf("post trend ratio %.3g (L=6), %.3g (L=48), %s\n", std::exp(t6.slope), std::exp(t48.slope),
+                std::string(ref::name_of(n)).c_str());
+    EXPECT_LT(std::exp(t6.slope), 1.0) << ref::name_of(n);
+    EXPECT_GT(std::exp(t48.slope), 3.0) << ref::name_of(n);
+    EXPECT_GT(t48.slope, 2 * t48.se) << ref::name_of(n);
+    ASSERT_EQ(t48.per_seed.size(), 4u);
   }
   EXPECT_EQ(check("post_grad_grows_with_layer").status, "not reproduced");
 }
 
-// Figure 3, Pre-LN: not flat; it falls with the layer index (max/min 2.0 at L = 6 to 8 at 48).
+// Figure 3, Pre-LN, over 4 seeds: not flat; it falls with the layer index, more the deeper the
+// stack (fitted last-over-first ratio 0.43 at L = 6 to 0.17-0.19 at 48), at every seed's ±2se.
 TEST_F(Papers, Figure3PreFallsWithTheLayer) {
   for (auto n : {ref::Op::layernorm, ref::Op::rmsnorm})
     for (auto L : result_->options.depths) {
-      const auto& g = run(Placement::pre, n, L).steps[0].grad_w2;
-      EXPECT_GT(g.front() / g.back(), 1.8) << ref::name_of(n) << " " << L;
+      const Trend t = layer_trend(seed_run(*result_, Placement::pre, n, L).grad_w2);
+      EXPECT_LT(std::exp(t.slope), 0.5) << ref::name_of(n) << " " << L;
+      EXPECT_LT(t.slope + 2 * t.se, std::log(1 / 1.5)) << ref::name_of(n) << " " << L;
     }
   EXPECT_EQ(check("pre_grad_flat_across_layers").status, "not reproduced");
 }
 
-// Theorem 1 with attention: pre/post last-layer ||dL/dW2|| ~ L^-0.62 (LayerNorm), L^-0.49 (RMSNorm).
+// Theorem 1 over 4 seeds: pre/post last-layer ||dL/dW2|| ~ L^-0.56 (LayerNorm), L^-0.54
+// (RMSNorm), standard errors 0.03 and 0.02.
 TEST_F(Papers, Theorem1PreOverPostNearInverseSqrtDepth) {
-  for (auto n : {ref::Op::layernorm, ref::Op::rmsnorm}) {
-    std::vector<double> ratio;
-    for (auto L : result_->options.depths)
-      ratio.push_back(run(Placement::pre, n, L).steps[0].grad_w2.back() / run(Placement::post, n, L).steps[0].grad_w2.back());
-    const double k = slope(ratio);
-    std::printf("attention: pre/post last-layer ||dL/dW2|| ~ L^%.3f (%s)\n", k, std::string(ref::name_of(n)).c_str());
-    EXPECT_GT(k, -0.7);
-    EXPECT_LT(k, -0.4);
+  const auto& c = check("pre_over_post_last_layer_exponent");
+  ASSERT_EQ(c.values.size(), 2u);
+  for (const auto& v : c.values) {
+    const double k = v["exponent"].get<double>(), se = v["exponent_se"].get<double>();
+    std::printf("attention: pre/post last-layer ||dL/dW2|| ~ L^%.3f ± %.3f (%s)\n", k, se, v["norm"].get<std::string>().c_str());
+    EXPECT_GT(k, -0.65);
+    EXPECT_LT(k, -0.45);
+    EXPECT_LT(se, 0.1);
   }
-  EXPECT_EQ(check("pre_over_post_last_layer_exponent").status, "reproduced");
+  EXPECT_EQ(c.status, "reproduced");
 }
 
-// DeepNet with attention: neither bounded nor clearly slower; ||ΔF|| ~ L^0.79 (Post-LN) and
-// L^0.69 (DeepNorm) with LayerNorm, L^0.48 and L^0.61 with RMSNorm.
+// DeepNet over 4 seeds: DeepNorm's ||ΔF|| grows like L^0.68 (LayerNorm), L^0.61 (RMSNorm) at
+// every seed (standard error 0.01), not bounded; Post-LN's L^0.52, L^0.60 (standard errors 0.17,
+// 0.18): no slower than it either.
 TEST_F(Papers, DeepNormUpdateNotBoundedWithAttention) {
-  for (auto n : {ref::Op::layernorm, ref::Op::rmsnorm}) {
-    std::vector<double> post, deep;
-    for (auto L : result_->options.depths) {
-      post.push_back(run(Placement::post, n, L).steps[1].model_update);
-      deep.push_back(run(Placement::deepnorm, n, L).steps[1].model_update);
-    }
-    const double kp = slope(post), kd = slope(deep);
-    std::printf("attention: ||dF|| ~ L^%.2f (post), L^%.2f (deepnorm), %s\n", kp, kd, std::string(ref::name_of(n)).c_str());
-    EXPECT_GT(kd, 0.4);
-    EXPECT_LT(std::fabs(kp - kd), 0.4);
+  const auto& c = check("deepnorm_update_bounded");
+  ASSERT_EQ(c.values.size(), 2u);
+  for (const auto& v : c.values) {
+    const double kp = v["post_exponent"].get<double>(), kd = v["deepnorm_exponent"].get<double>();
+    std::printf("attention: ||dF|| ~ L^%.2f (post), L^%.2f ± %.2f (deepnorm), %s\n", kp, kd,
+                v["deepnorm_exponent_se"].get<double>(), v["norm"].get<std::string>().c_str());
+    EXPECT_GT(kd, 0.5);
+    EXPECT_LT(v["deepnorm_exponent_se"].get<double>(), 0.05);
+    EXPECT_LT(kp - kd, 0.2);
   }
-  EXPECT_EQ(check("deepnorm_update_bounded").status, "not reproduced");
+  EXPECT_EQ(c.status, "not reproduced");
   EXPECT_EQ(check("deepnorm_update_slower_than_post").status, "not reproduced");
 }
 
@@ -530,6 +585,8 @@ TEST(PapersSweep, UsableRatesOfPreNotAbovePostEverywhere) {
   o.lowp.clear();
   o.steps = 0;
   o.sweep_lrs = {0.1, 1.0};
+  o.sweep_steps = 4;
+  o.seeds = 1;
   const StudyResult r = run_placement_study(o);
   for (const auto& w : r.sweep) {
     const double want = w.norm == ref::Op::rmsnorm || (w.placement == Placement::pre && w.layers == 12) ? 1.0 : 0.1;

@@ -11,7 +11,8 @@ check() {
   local name="$1"; shift
   if "$@"; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
 }
-small=(study placement --layers 2,4 --d-model 8 --d-ff 16 --tokens 4 --steps 2 --lowp-every 1)
+small=(study placement --layers 2,4 --d-model 8 --d-ff 16 --tokens 4 --steps 2 --lowp-every 1 --lowp float16,bfloat16
+       --sweep-steps 4 --seeds 3)
 
 bad() {  # bad NAME FLAG ARGS...: exit 2, the flag in the message, nothing written (checked before any run)
   local name="$1" flag="$2"; shift 2
@@ -41,6 +42,10 @@ bad "heads not dividing d" "--heads" --heads 5
 bad "sweep rate 0" "--sweep-lr" --sweep-lr 1e-3,0
 bad "sweep rate not a number" "--sweep-lr" --sweep-lr 1e-3,fast
 bad "sweep steps 0" "--sweep-steps" --sweep-steps 0
+bad "seeds 0" "--seeds" --seeds 0
+bad "seeds 65" "--seeds" --seeds 65
+bad "seeds not a number" "--seeds" --seeds many
+bad "seeds 0 with --full" "--seeds" --full --seeds 0
 
 "$nc" "${small[@]}" --json "$work/r.json" --markdown "$work/s.md" >"$work/run.out" 2>&1
 check "small study: exit 0" test $? = 0
@@ -48,7 +53,7 @@ check "small study: prints the checks" grep -q "pre_over_post_last_layer_exponen
 check "results file: format, version, runs, checks, per-layer arrays" "$py" - "$work/r.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert j["format"] == "normcheck-study-placement" and j["format_version"] == 2, j["format"]
+assert j["format"] == "normcheck-study-placement" and j["format_version"] == 3, j["format"]
 assert j["options"]["model"] == "attention+ffn" and j["options"]["heads"] == 4, j["options"]
 assert len(j["runs"]) == 4 * 2 * 2, len(j["runs"])
 sw = j["lr_sweep"]
@@ -56,6 +61,14 @@ assert sw["lr"] == [1e-4, 1e-3, 1e-2, 1e-1, 1] and sw["steps"] == 4, sw["lr"]
 assert len(sw["runs"]) == 16 and all(len(r["usable"]) == 5 and len(r["losses"][0]) == 5 for r in sw["runs"])
 assert [c["id"] for c in j["checks"]][-1] == "pre_usable_lr_above_post"
 assert [c["id"] for c in j["checks"]][0] == "post_grad_grows_with_layer"
+assert j["options"]["seeds"] == 3 and j["seeds"]["seeds"] == [20260, 20261, 20262], j["seeds"]["seeds"]
+assert len(j["seeds"]["runs"]) == 16
+for s in j["seeds"]["runs"]:
+    assert len(s["grad_w2"]) == 3 and all(len(g) == s["layers"] for g in s["grad_w2"]) and len(s["model_update"]) == 3
+    assert len(s["grad_w2_geomean"]) == s["layers"] and s["grad_w2_log_slope_se"] >= 0
+assert [c["status"] for c in j["checks"][:2]] == ["not evaluated"] * 2  # Figure 3 wants depths >= 6
+for c in j["checks"][2:4]:
+    assert c["status"] != "not evaluated" and "over 3 seeds" in c["measured"], c
 for r in j["runs"]:
     assert len(r["steps"]) == 3
     post_like = r["placement"] in ("post", "deepnorm")
@@ -70,8 +83,8 @@ for r in j["runs"]:
     assert r["steps"][0]["model_update"] == 0 and r["steps"][1]["model_update"] > 0
     assert (r["placement"] == "deepnorm") == (r["alpha"] != 1)
 PY
-check "markdown: the checks and a row per stack" \
-  bash -c "grep -q '## Checked against the papers' '$work/s.md' && grep -q '## Usable learning rates' '$work/s.md' && test \$(grep -c '^| \\(post\\|pre\\|sandwich\\|deepnorm\\) |' '$work/s.md') = 32"
+check "markdown: the checks and a row per stack (per stack, across seeds, the sweep)" \
+  bash -c "grep -q '## Checked against the papers' '$work/s.md' && grep -q '## Across seeds' '$work/s.md' && grep -q '## Usable learning rates' '$work/s.md' && test \$(grep -c '^| \\(post\\|pre\\|sandwich\\|deepnorm\\) |' '$work/s.md') = 48"
 
 "$nc" study placement --model ffn --layers 2 --d-model 8 --d-ff 16 --tokens 4 --steps 1 --sweep-lr none --lowp none \
   --json "$work/ffn.json" >/dev/null 2>&1
@@ -81,6 +94,25 @@ j = json.load(open(sys.argv[1]))
 assert j["options"]["model"] == "ffn" and "heads" not in j["options"] and "lr_sweep" not in j
 assert all("grad_wq" not in s and "prenorm_attn" not in s for r in j["runs"] for s in r["steps"])
 assert all(("prenorm_ffn" in r["steps"][0]) == (r["placement"] in ("post", "deepnorm")) for r in j["runs"])
+PY
+
+"$nc" study placement --layers 2 --d-model 8 --d-ff 16 --tokens 4 \
+  --json "$work/defaults.json" >/dev/null 2>&1
+check "defaults: 4 seeds, 1 step, a 1-step sweep of 5 rates, no low precision" "$py" - "$work/defaults.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+o = j["options"]
+assert (o["seeds"], o["steps"], o["sweep_steps"], o["lowp"]) == (4, 1, 1, []), o
+assert len(j["seeds"]["seeds"]) == 4 and len(j["lr_sweep"]["lr"]) == 5
+assert all("lowp" not in s for r in j["runs"] for s in r["steps"])
+PY
+"$nc" study placement --full --seeds 2 --layers 2 --d-model 8 --d-ff 16 --tokens 4 --json "$work/full.json" >/dev/null 2>&1
+check "--full: 4 steps, the 4-step sweep, both dtypes; a given option kept (--seeds 2)" "$py" - "$work/full.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+o = j["options"]
+assert (o["seeds"], o["steps"], o["sweep_steps"], o["lowp"]) == (2, 4, 4, ["float16", "bfloat16"]), o
+assert o["sweep_lr"] == [1e-4, 1e-3, 1e-2, 1e-1, 1]
 PY
 
 sum="$(md5sum <"$work/r.json")"

@@ -4,7 +4,7 @@
 // counts), at initialization and over a few deterministic optimizer steps on a synthetic
 // regression target; per layer the FFN weight-gradient norms, the activation norms, the model
 // update ||ΔF|| and the inf/NaN/subnormal counts; and the checks of the shapes Xiong et al. 2020
-// and Wang et al. 2022 predict.
+// and Wang et al. 2022 predict, as statistics over several initializations (--seeds).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +48,7 @@ inline constexpr std::int64_t kMinDModel = 2, kMaxDModel = 8192;
 inline constexpr std::int64_t kMaxDff = 65536, kMaxTokens = 4096, kMaxSteps = 1000;
 inline constexpr std::int64_t kMaxLayers = ref::kMaxLayers;  // 64
 inline constexpr std::int64_t kMaxSweepPoints = 64;
+inline constexpr std::int64_t kMaxSeeds = 64;
 
 struct PlacementOptions {
   std::vector<Placement> placements{Placement::post, Placement::pre, Placement::sandwich, Placement::deepnorm};
@@ -62,17 +63,22 @@ struct PlacementOptions {
   std::optional<double> deepnorm_alpha, deepnorm_beta;
   Optimizer optimizer = Optimizer::adam;
   double lr = 1e-4;
-  std::int64_t steps = 4;
+  std::int64_t steps = 1;  // the checks use initialization and the first step; --full: 4
   // Compute dtypes of the overflow counts (float16, bfloat16), the loss scale of their backward,
   // and at which steps they are counted (every `lowp_every`-th and the last; 0: at init only).
-  std::vector<ref::DType> lowp{ref::DType::float16, ref::DType::bfloat16};
+  // None by default (4.5 s of CPU per dtype at the default sizes); --full: float16, bfloat16.
+  std::vector<ref::DType> lowp{};
   double loss_scale = 65536.0;
   std::int64_t lowp_every = 0;
   // The learning-rate sweep: each rate trains every stack for sweep_steps steps of the optimizer
   // (README.md "Usable learning rates"); empty: no sweep.
   std::vector<double> sweep_lrs{1e-4, 1e-3, 1e-2, 1e-1, 1.0};
-  std::int64_t sweep_steps = 4;
+  std::int64_t sweep_steps = 1;  // --full: 4
   std::uint64_t seed = 20260;
+  // Initializations of the paper checks: seed, seed + 1, ..., seed + seeds - 1. The first is the
+  // full study (runs[]); each other one is a float64 run of every stack at initialization and
+  // after the first step, what the checks use (README.md "Checked against the papers").
+  std::int64_t seeds = 4;  // --full: 16
   int threads = 0;                     // 0: std::thread::hardware_concurrency()
   std::int64_t memory_limit_bytes = 0;  // 0: half the machine's physical memory
 };
@@ -207,10 +213,36 @@ struct SweepRun {
 };
 bool usable_losses(const std::vector<double>& losses);
 
+// One stack at every seed of the checks: per seed, ||dL/dW1|| and ||dL/dW2|| per layer at
+// initialization and ||ΔF|| after the first step (NaN with --steps 0). Seed 0 is runs[]'s.
+struct SeedRun {
+  Placement placement = Placement::post;
+  ref::Op norm = ref::Op::layernorm;
+  std::int64_t layers = 0;
+  std::vector<std::uint64_t> seeds;
+  std::vector<std::vector<double>> grad_w1, grad_w2;  // [seed][layer]
+  std::vector<double> model_update;                   // [seed]
+};
+
+// The statistics of the checks over seeds. The trend of a per-layer profile g[l] of one seed is
+// the least-squares slope b of ln g[l] against the layer's position l / (L - 1) (0 at the first
+// layer, 1 at the last), so that exp(b) is the fitted last-over-first ratio over ALL layers; over
+// seeds, the mean of b (which is the slope of the geometric mean's profile) and its standard
+// error sd(b) / sqrt(N) (0 with one seed).
+struct Trend {
+  double slope = 0, se = 0;
+  std::vector<double> per_seed;
+};
+Trend layer_trend(const std::vector<std::vector<double>>& per_seed_profiles);
+// Per layer, the geometric mean over seeds.
+std::vector<double> geometric_mean_profile(const std::vector<std::vector<double>>& per_seed_profiles);
+double geometric_mean(const std::vector<double>& v);
+
 struct StudyResult {
   PlacementOptions options;
   std::vector<StackRun> runs;  // placements × norms × depths, in that order
   std::vector<SweepRun> sweep;  // the same order; empty without a sweep
+  std::vector<SeedRun> seed_runs;  // the same order, every seed (the first is runs[]'s)
   double seconds = 0;
 };
 
@@ -225,9 +257,9 @@ struct PaperCheck {
 };
 std::vector<PaperCheck> paper_checks(const StudyResult& r);
 
-// The results file, format `normcheck-study-placement` version 2 (README.md "Results file").
+// The results file, format `normcheck-study-placement` version 3 (README.md "Results file").
 inline constexpr const char* kResultsFormat = "normcheck-study-placement";
-inline constexpr int kResultsVersion = 2;
+inline constexpr int kResultsVersion = 3;
 nlohmann::ordered_json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks,
                                const std::string& command, const std::string& generator);
 
