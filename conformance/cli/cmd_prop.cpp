@@ -274,6 +274,9 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     const auto& in = cand->info();
     Json cj{{"spec", in.name}, {"kind", conf::name_of(in.kind)}, {"description", in.description},
             {"device", in.caps.device}};
+    // The class the properties were judged under (RESULTS.md: candidate.reduction, as in run).
+    if (const conf::Reduction red = reduction.value_or(in.caps.reduction); !red.is_any())
+      cj["reduction"] = conf::name_of(red);
     if (in.kind == conf::CandidateKind::mutant) {
       cj["fault_class"] = in.fault_class;
       cj["fault"] = in.fault;
