@@ -419,7 +419,8 @@ std::string recorded_finding(const ggml_tensor* node) {
   const bool norm = node->op == GGML_OP_NORM || node->op == GGML_OP_RMS_NORM || node->op == GGML_OP_RMS_NORM_BACK;
   const std::string op = ggml_op_desc(node);
   if (norm && a->type != GGML_TYPE_F32) return op + " of " + ggml_type_name(a->type) + " aborts (#ggml-supports-op)";
-  if (node->op == GGML_OP_RMS_NORM && !dense_ne0(a)) return "RMS_NORM of a permuted view asserts (#ggml-supports-op)";
+  if ((node->op == GGML_OP_RMS_NORM || node->op == GGML_OP_RMS_NORM_BACK) && !dense_ne0(a))
+    return op + " of a permuted view asserts (#ggml-supports-op)";
   if ((node->op == GGML_OP_ADD || node->op == GGML_OP_MUL) && b) {
     if (a->type != b->type && b->type != GGML_TYPE_F32)
       return op + " of " + ggml_type_name(a->type) + " and " + ggml_type_name(b->type) + " aborts (#ggml-supports-op)";
@@ -570,7 +571,7 @@ int supports(void* state, const nc_case* c, char* reason, size_t reason_len) {
     };
     add("x", c->dtype_x, false);
     if (c->residual != NC_RESIDUAL_NONE) add("residual", c->dtype_residual, false);
-    if (c->residual == NC_RESIDUAL_ADD_BIAS) add("residual_bias", c->dtype_residual, true);
+    if (c->residual == NC_RESIDUAL_ADD_BIAS) add("residual_bias", c->dtype_param, true);  // a parameter (CASES.md)
     if (c->affine != NC_AFFINE_NONE) add("weight", c->dtype_param, true);
     if (c->affine == NC_AFFINE_WEIGHT_BIAS) add("bias", c->dtype_param, true);
     if (c->direction == NC_BACKWARD) add("dy", c->dtype_out, false);
