@@ -347,6 +347,10 @@ std::string static_decline(const nc_case& c) {
   if (c.direction == NC_BACKWARD && c.alpha != 1)
     return "backward with alpha != 1 is not mapped";
   if (c.direction == NC_BACKWARD && c.affine == NC_AFFINE_WEIGHT_BIAS) return "rmsnorm with a bias: not mapped backward";
+  // dweight and dresidual_bias are ggml_repeat_back results, which have x's type.
+  if (c.direction == NC_BACKWARD && (c.affine != NC_AFFINE_NONE || c.residual == NC_RESIDUAL_ADD_BIAS) &&
+      c.dtype_param != c.dtype_x)
+    return "backward with parameters of another dtype than x: ggml_repeat_back's parameter gradients have x's type";
   return contract_mismatch(c);
 }
 
@@ -649,7 +653,14 @@ constexpr nc_candidate kCandidate = {
     1u << NC_FLOAT32,
     (1u << NC_FORWARD) | (1u << NC_BACKWARD),
     "*",
-    NC_CAP_RESIDUAL | NC_CAP_GENERAL_AXES | NC_CAP_NO_STATISTICS | NC_CAP_ISOLATE,
+    NC_CAP_RESIDUAL | NC_CAP_GENERAL_AXES | NC_CAP_NO_STATISTICS | NC_CAP_ISOLATE
+#if !NC_GGML_VULKAN && !NC_GGML_CUDA
+        // The CPU backend's ggml_norm sums a dense row with its vector code and a strided view
+        // (a permuted layout) element by element: results differ by an ulp between layouts, each
+        // within tolerance (normcheck prop layout_invariance; README.md, "Property runs").
+        | NC_CAP_BATCH_DEPENDENT_ORDER
+#endif
+    ,
     NC_GGML_DEVICE,
     init,
     fini,
