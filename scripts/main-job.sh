@@ -31,6 +31,19 @@ echo "=== real libraries held to their recorded findings: each failure must be o
   --known-findings "$root/conformance/candidates/ggml/known_findings.json" --allow-empty \
   --json-dir "$out/results" --force
 echo
+echo "=== oneDNN without its flush-to-zero declaration, held to its recorded finding (conformance/candidates/onednn/)"
+# Under its declaration oneDNN conforms (the correct candidates above); judged without it, its
+# flushed bfloat16 subnormals FAIL: a known finding. Where oneDNN is not built, builtin:onednn
+# does not exist and the step says so.
+if "$normcheck" candidates | grep -q "builtin:onednn"; then
+  "$normcheck" fixtures generate --cases "$root/docs/findings/onednn-bf16-flush.json" -o "$out/onednn-bf16-flush.h5" --force
+  "$normcheck" run --candidate builtin:onednn --fixtures "$out/onednn-bf16-flush.h5" --ignore-flush-declaration \
+    --known-findings "$root/conformance/candidates/onednn/known_findings.json" \
+    --json "$out/results/builtin_onednn_without_flush_declaration.json" --force
+else
+  echo "builtin:onednn is not built (no oneDNN): nothing to run"
+fi
+echo
 echo "golden fixtures: $out/smoke.h5  (normcheck fixtures list $out/smoke.h5)"
 echo "results files:   $out/results/  (reports/RESULTS.md)"
 echo

@@ -29,6 +29,7 @@ struct RunArgs {
   bool allow_empty = false;  // a run that checked nothing may exit 0
   bool flush_subnormals = false;  // check: the outputs' producer flushes subnormal outputs
   std::string reduction;  // --reduction CLASS: judge every candidate under this class
+  bool ignore_flush_declaration = false;  // run: judge without declared flush-to-zero outputs
   std::vector<std::string> known_findings;  // --known-findings FILE (known_findings.hpp)
   double timeout = 0, startup_timeout = 0;
   int threads = 0, max_print = 20;
@@ -245,6 +246,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   opt.fixtures = a.fixtures;
   opt.outputs = a.outputs;
   opt.outputs_flush_subnormals = a.flush_subnormals;
+  opt.ignore_flush_declaration = a.ignore_flush_declaration;
   if (!a.reduction.empty()) {
     try {
       opt.reduction = conf::parse_reduction(a.reduction);
@@ -257,7 +259,8 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   opt.threads = a.threads;
   opt.diagnose = !a.no_diagnosis;
   // The one-line command that reruns one case the way this run ran it.
-  const std::string declared = a.reduction.empty() ? std::string() : " --reduction " + quote(a.reduction);
+  const std::string declared = (a.reduction.empty() ? std::string() : " --reduction " + quote(a.reduction)) +
+                               (a.ignore_flush_declaration ? " --ignore-flush-declaration" : "");
   auto repro = [&](const std::string& spec, const std::string& id) {
     if (offline)
       return fmt::format("normcheck check --fixtures {} --outputs {} --cases {}{}", quote(a.fixtures), quote(a.outputs),
@@ -272,7 +275,7 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
   std::map<std::string, int> printed;
   opt.on_case = [&](const conf::CandidateRun& run, const conf::CaseResult& r) {
     const auto kf = known_by_spec.find(run.info.name);
-    const conf::KnownFinding* known = kf == known_by_spec.end() ? nullptr : conf::known_finding_of(kf->second, r);
+    const conf::KnownFinding* known = kf == known_by_spec.end() ? nullptr : conf::known_finding_of(kf->second, run, r);
     const bool show = r.verdict != conf::Verdict::passed && r.verdict != conf::Verdict::unsupported &&
                       (a.verbose || (conf::is_failure(r.verdict) && run.info.kind != conf::CandidateKind::mutant &&
                                      !known));
@@ -406,6 +409,9 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
                   "Hold real libraries to their recorded findings (a normcheck-known-findings file, repeatable): "
                   "a failure that is one is reported as a known finding and does not fail the run; one that is "
                   "none, or a recorded finding that no longer shows, does");
+  run->add_flag("--ignore-flush-declaration", a->ignore_flush_declaration,
+                "Judge every candidate as if it did not declare flush-to-zero outputs: a zero where the correctly "
+                "rounded value is a subnormal FAILS (shows what the declaration excuses; conformance/TOLERANCE.md)");
   run->add_option("--threads", a->threads, "Candidates run concurrently (default: all cores)");
   run->add_flag("--expect-reject", a->expect_reject,
                 "Exit 0 only if every candidate is rejected (the mutation test of the suite)");

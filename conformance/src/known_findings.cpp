@@ -23,10 +23,12 @@ const nlohmann::json& field(const nlohmann::json& o, const char* key, const std:
   return *it;
 }
 
-// The entry of `case_id` (at most one: read_known_findings rejects a case listed twice).
-const KnownFinding* recorded(const std::vector<KnownFinding>& findings, const std::string& case_id) {
+// The entry of `case_id` that applies to `run` (at most one: read_known_findings rejects a case
+// listed twice).
+const KnownFinding* recorded(const std::vector<KnownFinding>& findings, const CandidateRun& run,
+                             const std::string& case_id) {
   const auto it = std::find_if(findings.begin(), findings.end(),
-                               [&](const KnownFinding& f) { return f.case_id == case_id; });
+                               [&](const KnownFinding& f) { return f.case_id == case_id && f.applies_to(run); });
   return it == findings.end() ? nullptr : &*it;
 }
 
@@ -64,20 +66,26 @@ void read_known_findings(const std::string& path, KnownFindings& into) {
       k.verdict = *v;
       k.finding = field(list[i], "finding", path, at).get<std::string>();
       if (list[i].contains("what")) k.what = field(list[i], "what", path, at).get<std::string>();
+      if (list[i].contains("when")) {
+        if (field(list[i], "when", path, at).get<std::string>() != "--ignore-flush-declaration")
+          bad(path, fmt::format("{}.when must be \"--ignore-flush-declaration\" (the one condition)", at));
+        k.without_flush_declaration = true;
+      }
       if (!seen.insert(k.case_id).second) bad(path, fmt::format("{}: case {} is listed twice", at, k.case_id));
       out.push_back(std::move(k));
     }
   }
 }
 
-const KnownFinding* known_finding_of(const std::vector<KnownFinding>& findings, const CaseResult& r) {
-  const KnownFinding* f = recorded(findings, r.case_id);
+const KnownFinding* known_finding_of(const std::vector<KnownFinding>& findings, const CandidateRun& run,
+                                     const CaseResult& r) {
+  const KnownFinding* f = recorded(findings, run, r.case_id);
   return f && f->verdict == r.verdict ? f : nullptr;
 }
 
 void apply_known_findings(CandidateRun& run, const std::vector<KnownFinding>& findings) {
   for (auto& c : run.cases) {
-    const KnownFinding* f = recorded(findings, c.case_id);
+    const KnownFinding* f = recorded(findings, run, c.case_id);
     if (!f) continue;
     if (f->verdict == c.verdict) {
       c.known_finding = f->finding;

@@ -227,6 +227,10 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     runs[i].info = candidates[i]->info();
     if (opt.reduction) runs[i].info.caps.reduction = *opt.reduction;
+    if (opt.ignore_flush_declaration && runs[i].info.caps.flush_subnormal_outputs) {
+      runs[i].info.caps.flush_subnormal_outputs = false;
+      runs[i].info.flush_declaration_ignored = true;
+    }
   }
   // The declared reduction classes other than `any` (TOLERANCE.md, section 9): each gets its own
   // allowances, derived once per case.
@@ -289,7 +293,7 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
           } else if (fc.c.quant) {
             // Codes and scales (TOLERANCE.md, section 10), diagnosed by the dialects of class H.
             const Outputs got = candidates[i]->run(fc.c);
-            res = check_quant_case(fc, got, check_options_of(candidates[i]->info().caps));
+            res = check_quant_case(fc, got, check_options_of(runs[i].info.caps));
             if (opt.diagnose && diagnosable(res)) {
               const auto d0 = std::chrono::steady_clock::now();
               res.diagnosis = diagnose_quant(fc, got, res);
@@ -303,14 +307,14 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
             // Judged under its reduction class (TOLERANCE.md, section 9): the class's allowances.
             const Reduction& red = runs[i].info.caps.reduction;
             const auto& allow = red.is_any() ? allow_any : declared.at(red);
-            res = check_case(jc, got, allow, check_options_of(candidates[i]->info().caps));
+            res = check_case(jc, got, allow, check_options_of(runs[i].info.caps));
             if (opt.diagnose && diagnosable(res)) {
               const auto d0 = std::chrono::steady_clock::now();
               res.diagnosis = diagnose(jc, got, allow);
               res.diagnosed = true;
               diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
             }
-            explain_declared(res, jc, got, red, check_options_of(candidates[i]->info().caps));
+            explain_declared(res, jc, got, red, check_options_of(runs[i].info.caps));
           }
         } catch (const CandidateDeclined& e) {
           res.verdict = Verdict::unsupported;
@@ -485,6 +489,7 @@ std::string results_json(const CandidateRun& run, const ResultsContext& ctx) {
   const auto& in = run.info;
   Json cand{{"spec", in.name}, {"kind", name_of(in.kind)}, {"description", in.description}, {"device", in.caps.device}};
   if (in.caps.flush_subnormal_outputs) cand["flush_subnormal_outputs"] = true;
+  if (in.flush_declaration_ignored) cand["flush_declaration_ignored"] = true;
   if (!in.caps.reduction.is_any()) cand["reduction"] = name_of(in.caps.reduction);
   if (in.kind == CandidateKind::mutant) {
     cand["fault_class"] = in.fault_class;

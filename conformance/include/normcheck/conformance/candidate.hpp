@@ -34,6 +34,9 @@ struct CandidateInfo {
   std::string fault_class;  // mutants: the fault class, "A" .. "G" (docs/FAULTS.md)
   std::string fault;        // mutants: the fault in one line, with the public issue it reproduces
   Capabilities caps;
+  // `run --ignore-flush-declaration` judged it without its declared flush-to-zero outputs (caps
+  // then says false); the results file records it (candidate.flush_declaration_ignored).
+  bool flush_declaration_ignored = false;
 };
 
 // A candidate that failed to produce outputs for a case (threw, returned an error code, wrote

@@ -8,7 +8,12 @@
 // File format "normcheck-known-findings" version 1:
 //   {"format": "normcheck-known-findings", "version": 1, "description": "...",
 //    "candidates": {"builtin:ggml-cpu": [{"case": ID, "verdict": "CRASHED",
-//                                          "finding": "docs/FINDINGS.md#anchor", "what": "..."}]}}
+//                                          "finding": "docs/FINDINGS.md#anchor", "what": "...",
+//                                          "when": "--ignore-flush-declaration"}]}}
+// "when" (optional): the entry holds only for runs judged that way. "--ignore-flush-declaration"
+// is the one condition: a candidate that declares flush-to-zero outputs conforms under its
+// declaration, and its flushing shows as a failure only when the declaration is ignored
+// (conformance/candidates/onednn/known_findings.json). Other runs leave such an entry alone.
 #pragma once
 
 #include <map>
@@ -23,6 +28,12 @@ struct KnownFinding {
   std::string case_id;
   Verdict verdict = Verdict::failed;  // FAILED, CRASHED, TIMEOUT or MISSING
   std::string finding, what;          // the docs anchor; what the library does there
+  // Holds only in runs with --ignore-flush-declaration (CandidateInfo::flush_declaration_ignored).
+  bool without_flush_declaration = false;
+  // Whether the entry applies to this run of the candidate.
+  bool applies_to(const CandidateRun& run) const {
+    return !without_flush_declaration || run.info.flush_declaration_ignored;
+  }
 };
 
 // Candidate spec -> its recorded findings.
@@ -33,12 +44,15 @@ using KnownFindings = std::map<std::string, std::vector<KnownFinding>>;
 // not a failure, the same case twice for a candidate).
 void read_known_findings(const std::string& path, KnownFindings& into);
 
-// The recorded finding `r` is, of `findings` (one candidate's): same case, same verdict; or null.
-const KnownFinding* known_finding_of(const std::vector<KnownFinding>& findings, const CaseResult& r);
+// The recorded finding `r` (a case of `run`) is, of `findings` (one candidate's): same case, same
+// verdict, an entry that applies to the run; or null.
+const KnownFinding* known_finding_of(const std::vector<KnownFinding>& findings, const CandidateRun& run,
+                                     const CaseResult& r);
 
 // Marks the cases of `run` whose verdict is their recorded one (CaseResult::known_finding) and
 // lists the recorded cases of the run whose verdict is another (stale_findings). Recorded cases
-// the run did not include (other tiers, --cases) are left alone.
+// the run did not include (other tiers, --cases), and entries that do not apply to the run
+// ("when"), are left alone.
 void apply_known_findings(CandidateRun& run, const std::vector<KnownFinding>& findings);
 
 }  // namespace normcheck::conf

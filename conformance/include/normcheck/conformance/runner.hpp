@@ -47,6 +47,10 @@ struct RunOptions {
   // `--reduction CLASS`: the reduction class every candidate (`check`: the outputs' producer) is
   // judged under, in place of what it declares (TOLERANCE.md, section 9). nullopt: its own.
   std::optional<Reduction> reduction;
+  // `run --ignore-flush-declaration`: judge every candidate as if it did not declare flush-to-zero
+  // outputs (Capabilities::flush_subnormal_outputs): a flushed subnormal then FAILS. What the
+  // declaration excuses, shown (a real library's recorded finding: docs/FINDINGS.md).
+  bool ignore_flush_declaration = false;
   int threads = 0;                      // candidates run concurrently (0: hardware threads)
   // Called after each checked case (from one thread at a time).
   std::function<void(const CandidateRun&, const CaseResult&)> on_case;
