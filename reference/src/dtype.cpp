@@ -53,6 +53,19 @@ double round_to(double v, DType t) {
   return std::ldexp(std::nearbyint(std::ldexp(v, -q)), q);
 }
 
+double round_toward_zero(double v, DType t) {
+  if (!std::isfinite(v) || v == 0) return v;
+  // The nearest value, or its neighbour toward zero where the nearest is farther from zero than
+  // v (rounding_gap's `below` is half the spacing toward zero).
+  const double a = std::fabs(v);
+  double r = round_to(a, t);
+  if (std::isinf(r))
+    r = max_finite(t);
+  else if (r > a)
+    r -= 2 * rounding_gap(r, t).below;
+  return std::copysign(r, v);
+}
+
 bool representable(double v, DType t) {
   if (t == DType::float32) return static_cast<double>(static_cast<float>(v)) == v || v != v;
   if (t == DType::float64 || !std::isfinite(v) || v == 0.0) return true;

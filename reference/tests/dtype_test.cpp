@@ -2,10 +2,12 @@
 // (double->float, double->_Float16), the GMP-rational rounding, and the nearbyint rounding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "exact.hpp"
 #include "row_kernel.hpp"
@@ -40,6 +42,28 @@ TEST(Rounding, Float16MatchesHardwareConversion) {
     const double want = static_cast<double>(static_cast<_Float16>(v));
     ASSERT_EQ(round_to(v, DType::float16), want) << std::hexfloat << v;
   }
+}
+
+// Toward zero: the largest float16 value not above |v| in magnitude (max finite beyond it), from
+// a table of every float16 built from its bits, not from round_to.
+TEST(Rounding, TowardZeroIsTheLargestValueNotAbove) {
+  std::vector<double> values;
+  for (std::uint32_t bits = 0; bits < 0x7c00; ++bits) {
+    const auto b = static_cast<std::uint16_t>(bits);
+    _Float16 h;
+    std::memcpy(&h, &b, sizeof h);
+    values.push_back(static_cast<double>(h));
+  }
+  std::mt19937_64 rng(4);
+  for (int i = 0; i < 200000; ++i) {
+    const double v = random_double(rng, -28, 17);
+    const auto it = std::upper_bound(values.begin(), values.end(), std::fabs(v));
+    const double want = std::copysign(*(it - 1), v);
+    ASSERT_EQ(round_toward_zero(v, DType::float16), want) << std::hexfloat << v;
+  }
+  EXPECT_EQ(round_toward_zero(1e6, DType::float16), 65504.0);
+  EXPECT_EQ(round_toward_zero(-0.0, DType::float16), 0.0);
+  EXPECT_TRUE(std::signbit(round_toward_zero(-0.0, DType::float16)));
 }
 
 TEST(Rounding, MidpointsGoToEven) {

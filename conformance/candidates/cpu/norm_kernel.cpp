@@ -50,20 +50,6 @@ ref::Tensor make_tensor(DType t, const std::vector<std::int64_t>& shape) {
 
 namespace {
 
-// v rounded toward zero to a value of t (a truncating conversion): the nearest value, or its
-// neighbour toward zero where the nearest is farther from zero than v (rounding_gap's `below` is
-// half the spacing toward zero); beyond the largest finite value, that value.
-double toward_zero(double v, DType t) {
-  if (!std::isfinite(v) || v == 0) return v;
-  const double a = std::fabs(v);
-  double r = ref::round_to(a, t);
-  if (std::isinf(r))
-    r = ref::max_finite(t);
-  else if (r > a)
-    r -= 2 * ref::rounding_gap(r, t).below;
-  return std::copysign(r, v);
-}
-
 // Geometry of normalized dims `dims` over x's shape (the mutants that normalize other dims).
 ref::Geometry geometry_over(const ref::Case& c, std::vector<std::int64_t> dims) {
   ref::Case tmp;
@@ -239,7 +225,7 @@ class NormKernel {
         if (b_) v = O::add(v, bias_[p]);
         // dmlc/mshadow #368, pocl #2211: the float-to-half conversion drops the extra bits.
         y.data[off_[j]] = f_ == fault("fp16_output_truncated") && c_.dtype_out == DType::float16
-                              ? toward_zero(static_cast<double>(v), DType::float16)
+                              ? ref::round_toward_zero(static_cast<double>(v), DType::float16)
                               : to_output(v, c_.dtype_out);
       }
       const RowStats<A> kept = saved(st);

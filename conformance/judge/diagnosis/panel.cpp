@@ -353,19 +353,6 @@ std::vector<Variant> columns_dropped_variants(const Ctx& x) {
   return {Variant{k, {{"columns_dropped", dropped}}}};
 }
 
-// v rounded toward zero to a value of t (a truncating conversion): the nearest value, or its
-// neighbour toward zero where the nearest is farther from zero (rounding_gap's `below` is half
-// the spacing toward zero); beyond the largest finite value, that value.
-double toward_zero(double v, DType t) {
-  if (!std::isfinite(v) || v == 0) return v;
-  const double a = std::fabs(v);
-  double r = ref::round_to(a, t);
-  if (std::isinf(r))
-    r = ref::max_finite(t);
-  else if (r > a)
-    r -= 2 * ref::rounding_gap(r, t).below;
-  return std::copysign(r, v);
-}
 
 // y converted to float16 by truncation (round toward zero) instead of to nearest even. The
 // kernel's value before the conversion is within e of the certified y = v (e: the pre-rounding
@@ -403,8 +390,8 @@ std::vector<Variant> output_truncated_variants(const Ctx& x) {
     // Beyond e: our binary64 error of the certified value (as TOLERANCE.md 9.3's slack), and of
     // the prediction's own arithmetic.
     const double m = std::ldexp(std::fabs(v[i]) * (n + 8), -50);
-    const double lo = toward_zero(v[i] - e[i] - m, DType::float16);
-    const double hi = toward_zero(v[i] + e[i] + m, DType::float16);
+    const double lo = ref::round_toward_zero(v[i] - e[i] - m, DType::float16);
+    const double hi = ref::round_toward_zero(v[i] + e[i] + m, DType::float16);
     iv->shift[i] = (lo + hi) / 2 - v[i];
     iv->half[i] = (hi - lo) / 2 + m + std::ldexp(std::fabs(lo) + std::fabs(hi), -50);
   }

@@ -55,6 +55,10 @@ double max_finite(DType t);
 // Round a binary64 value to `t` with round-to-nearest-even, gradual underflow and overflow to
 // infinity, exactly (no double rounding: the input is exact). NaN and infinities pass through.
 double round_to(double v, DType t);
+// The same with rounding toward zero (a truncating conversion that cuts the extra significand
+// bits), exactly; beyond the largest finite value, that value. NaN, infinities and zeros pass
+// through. For the faults that truncate (the fp16_output_truncated mutant and its dialect).
+double round_toward_zero(double v, DType t);
 bool representable(double v, DType t);
 
 // Distances from a value `t` of the format to the rounding boundaries around it: values within
