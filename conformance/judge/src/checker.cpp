@@ -75,11 +75,11 @@ std::vector<std::int64_t> rows_of(const ref::Geometry& g) {
 // The probes of OutputResult::probes on rstd: with r the exact rstd of a row, v + eps = 1/r^2;
 // the faulty kernel returns rn(r') with r' = 1/sqrt(v n/(n-1) + eps) or 1/sqrt(v + 1e-6), whose
 // error is at least |r' - r| - ulp(r) (half an ulp at a value below 2 r).
-void probe_rstd(OutputResult& o, const fix::FixtureCase& fc, const ref::Output& exp,
+// `cols`: the normalized size n (the case's geometry, which check_case has already derived).
+void probe_rstd(OutputResult& o, std::int64_t cols, double eps, const ref::Output& exp,
                 const std::vector<double>& allow) {
-  const auto geom = ref::geometry_of(fc.c);
-  const double n = static_cast<double>(geom.cols), eps = fc.c.epsilon;
-  if (geom.cols < 2) return;
+  const double n = static_cast<double>(cols);
+  if (cols < 2) return;
   double n1 = 0, e6 = 0;
   for (std::size_t i = 0; i < exp.f64.size(); ++i) {
     const double r = exp.f64[i];
@@ -300,7 +300,7 @@ CaseResult check_case(const fix::FixtureCase& fc, const Outputs& got,
         o.worst_allowance = allowance;
       }
     }
-    if (stat_rows && name == "rstd") probe_rstd(o, fc, exp, at->second.abs);
+    if (stat_rows && name == "rstd") probe_rstd(o, geom->cols, fc.c.epsilon, exp, at->second.abs);
     if (o.worst_index >= 0) o.worst_coords = coords_of(o.worst_index, exp.value.shape);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       if (!row_seen[r]) continue;  // every element of the row mistrusted

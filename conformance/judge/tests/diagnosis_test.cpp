@@ -322,6 +322,30 @@ TEST(Diagnosis, BackwardReductionFaults) {
   }
 }
 
+// A LayerNorm backward case over [rows, 16], dy drawn N(0, 1) from `seed`.
+ref::Case ln_backward_case(std::int64_t rows, std::uint64_t seed) {
+  auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, 16, 0, 1);
+  std::mt19937_64 rng(seed);
+  c.direction = ref::Direction::backward;
+  c.inputs["dy"] = ref::Tensor{DType::float32, {rows, 16},
+                               normal(rng, static_cast<std::size_t>(rows) * 16, 0, 1, DType::float32)};
+  return c;
+}
+
+// The certified outputs of `fc` with dweight and dbias summed over its first `summed` rows only
+// (the reference's column sums of the case with dy zero beyond them).
+Outputs with_first_rows_summed(const fix::FixtureCase& fc, std::int64_t summed) {
+  auto f = fc.c;
+  const std::size_t cols = static_cast<std::size_t>(f.inputs["dy"].shape[1]);
+  for (std::size_t i = static_cast<std::size_t>(summed) * cols; i < f.inputs["dy"].data.size(); ++i)
+    f.inputs["dy"].data[i] = 0;
+  const auto part = fixture_of(f);
+  Outputs got;
+  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  for (const char* name : {"dweight", "dbias"}) got[name] = part.expected.at(name).value;
+  return got;
+}
+
 // dweight/dbias summed over the first rows only (a kernel whose grid covers a fixed number of
 // rows), held in bfloat16: the column sums of the reference on the case with dy zero beyond them.
 // The bfloat16 interval must not claim it: over 256 rows and more its bound (gamma(R), R u >= 1)
@@ -329,22 +353,10 @@ TEST(Diagnosis, BackwardReductionFaults) {
 // sample's (which gave it a slack of 0.13 of the sum of |terms| here, about twice the error).
 TEST(Diagnosis, ColumnSumsOverASubsetOfRowsAreNotABfloat16Reduction) {
   for (std::int64_t rows : {300, 1200}) {
-    auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, 16, 0, 1);
-    std::mt19937_64 rng(5);
-    c.direction = ref::Direction::backward;
-    c.inputs["dy"] = ref::Tensor{DType::float32, {rows, 16},
-                                 normal(rng, static_cast<std::size_t>(rows) * 16, 0, 1, DType::float32)};
-    const auto fc = fixture_of(c);
-    auto f = c;
-    for (std::size_t i = static_cast<std::size_t>(rows / 4) * 16; i < f.inputs["dy"].data.size(); ++i)
-      f.inputs["dy"].data[i] = 0;
-    const auto part = fixture_of(f);
-    Outputs got;
-    for (const auto& [name, out] : fc.expected) got[name] = out.value;
-    for (const char* name : {"dweight", "dbias"}) {
-      got[name] = part.expected.at(name).value;
+    const auto fc = fixture_of(ln_backward_case(rows, 5));
+    Outputs got = with_first_rows_summed(fc, rows / 4);
+    for (const char* name : {"dweight", "dbias"})
       for (auto& v : got[name].data) v = ref::round_to(v, DType::bfloat16);
-    }
     for (const auto& x : diagnose(fc, got, {.keep = 100}))
       if (x.dialect == "column_sums_bf16") {
         EXPECT_FALSE(x.explains) << rows << " rows: " << x.evidence;
@@ -359,12 +371,7 @@ std::string ranking_of(const std::vector<Diagnosis>& d);  // below
 
 TEST(Diagnosis, ColumnSumsOverTheFirstRowsOnly) {
   for (std::int64_t rows : {1040, 1000}) {
-    auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, 16, 0, 1);
-    std::mt19937_64 rng(9);
-    c.direction = ref::Direction::backward;
-    c.inputs["dy"] = ref::Tensor{DType::float32, {rows, 16},
-                                 normal(rng, static_cast<std::size_t>(rows) * 16, 0, 1, DType::float32)};
-    const auto fc = fixture_of(c);
+    const auto fc = fixture_of(ln_backward_case(rows, 9));
     Outputs right;
     for (const auto& [name, out] : fc.expected) right[name] = out.value;
     const auto named = [&](const std::vector<Diagnosis>& d) {
@@ -380,12 +387,7 @@ TEST(Diagnosis, ColumnSumsOverTheFirstRowsOnly) {
       }
       continue;
     }
-    auto f = c;
-    for (std::size_t i = 1024 * 16; i < f.inputs["dy"].data.size(); ++i) f.inputs["dy"].data[i] = 0;
-    const auto part = fixture_of(f);
-    Outputs got = right;
-    for (const char* name : {"dweight", "dbias"}) got[name] = part.expected.at(name).value;
-    const auto d = diagnose(fc, got);
+    const auto d = diagnose(fc, with_first_rows_summed(fc, 1024));
     ASSERT_FALSE(d.empty());
     EXPECT_EQ(d[0].dialect, "column_sums_first_rows") << ranking_of(d);
     EXPECT_TRUE(d[0].explains) << d[0].evidence;

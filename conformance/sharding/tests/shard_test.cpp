@@ -95,6 +95,22 @@ TEST(Plan, LayoutOfUnequalShardsAndHeads) {
   EXPECT_EQ(lq.row_shard, (std::vector<std::int64_t>{0, 0, 1, 1, 0, 0, 1, 1}));
 }
 
+// A random small case for the plan draws: LayerNorm or RMSNorm, float32 or bfloat16, forward or
+// backward, 2-13 rows of 8-127, mean 0 or 3 (the draws in this order, so seeds keep their cases).
+struct RandomCase {
+  ref::Case c;
+  std::int64_t rows, cols;
+};
+RandomCase random_case(std::mt19937_64& rng) {
+  const auto op = rng() % 2 ? ref::Op::layernorm : ref::Op::rmsnorm;
+  const DType dt = rng() % 2 ? DType::float32 : DType::bfloat16;
+  const bool bwd = rng() % 2;
+  const std::int64_t rows = 2 + static_cast<std::int64_t>(rng() % 12),
+                     cols = 8 + static_cast<std::int64_t>(rng() % 120);
+  ref::Case c = make_case(rng, op, dt, bwd, rows, cols, rng() % 3 ? 0.0 : 3.0);
+  return {std::move(c), rows, cols};
+}
+
 // Correct plans, random rank counts (2..6 per axis), random splits, the three reduce dtypes:
 // PASSED (or MISTRUSTED).
 TEST(Emulation, CorrectPlansPass) {
@@ -104,12 +120,7 @@ TEST(Emulation, CorrectPlansPass) {
   const int draws = env ? std::atoi(env) : 300;
   int checked = 0, narrow_reduce_fail_without_term = 0;
   for (int i = 0; i < draws; ++i) {
-    const auto op = rng() % 2 ? ref::Op::layernorm : ref::Op::rmsnorm;
-    const DType dt = rng() % 2 ? DType::float32 : DType::bfloat16;
-    const bool bwd = rng() % 2;
-    const std::int64_t rows = 2 + static_cast<std::int64_t>(rng() % 12),
-                       cols = 8 + static_cast<std::int64_t>(rng() % 120);
-    const ref::Case c = make_case(rng, op, dt, bwd, rows, cols, rng() % 3 ? 0.0 : 3.0);
+    const auto [c, rows, cols] = random_case(rng);
     const int tp = 1 + static_cast<int>(rng() % 6), sp = 1 + static_cast<int>(rng() % 6);
     if (tp * sp < 2 || sp > rows) continue;
     // one shard is no split ("tp=96" would mean 96 ranks)
@@ -131,7 +142,7 @@ TEST(Emulation, CorrectPlansPass) {
              return s;
            }();
     ++checked;
-    if (narrow_reduce && bwd && sp > 1 && dt == DType::float32) {
+    if (narrow_reduce && c.direction == ref::Direction::backward && sp > 1 && c.dtype_x == DType::float32) {
       const auto plain = conf::check_case(fc, got.gathered, conf::derive_allowances(c));
       narrow_reduce_fail_without_term += plain.verdict == conf::Verdict::failed;
     }
@@ -490,12 +501,7 @@ int stats_reduce_draws(DType stats, int draws, std::uint64_t seed, int* checked)
   std::mt19937_64 rng(seed);
   int fail_without = 0;
   for (int i = 0; i < draws; ++i) {
-    const auto op = rng() % 2 ? ref::Op::layernorm : ref::Op::rmsnorm;
-    const DType dt = rng() % 2 ? DType::float32 : DType::bfloat16;
-    const bool bwd = rng() % 2;
-    const std::int64_t rows = 2 + static_cast<std::int64_t>(rng() % 12),
-                       cols = 8 + static_cast<std::int64_t>(rng() % 120);
-    const ref::Case c = make_case(rng, op, dt, bwd, rows, cols, rng() % 3 ? 0.0 : 3.0);
+    const auto [c, rows, cols] = random_case(rng);
     const int tp = 2 + static_cast<int>(rng() % 5), sp = 1 + static_cast<int>(rng() % 3);
     if (sp > rows) continue;
     std::string text = "tp=" + sizes_text(random_split(rng, cols, tp));
