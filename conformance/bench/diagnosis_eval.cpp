@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <ctime>
 #include <map>
 #include <set>
@@ -33,6 +34,7 @@
 #include "normcheck/conformance/runner.hpp"
 #include "normcheck/judge/tolerance.hpp"
 #include "normcheck/fixtures/hdf5_io.hpp"
+#include "normcheck/reference/heap.hpp"
 
 using namespace normcheck;
 
@@ -64,25 +66,32 @@ double now() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    fmt::print(stderr, "usage: diagnosis_eval FIXTURES.h5 [--assert] [--verbose] [--cases GLOB]\n");
-    return 2;
-  }
-  const std::string path = argv[1];
+static constexpr const char* kUsage = "usage: diagnosis_eval FIXTURES.h5 [--assert] [--verbose] [--cases GLOB]\n";
+
+static int evaluate(int argc, char** argv) {
+  std::string path;
   bool assert_targets = false, verbose = false;
   std::string glob = "*";
-  for (int i = 2; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--assert"))
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      fmt::print("{}", kUsage);
+      return 0;
+    } else if (!std::strcmp(argv[i], "--assert")) {
       assert_targets = true;
-    else if (!std::strcmp(argv[i], "--verbose"))
+    } else if (!std::strcmp(argv[i], "--verbose")) {
       verbose = true;
-    else if (!std::strcmp(argv[i], "--cases") && i + 1 < argc)
+    } else if (!std::strcmp(argv[i], "--cases") && i + 1 < argc) {
       glob = argv[++i];
-    else {
-      fmt::print(stderr, "diagnosis_eval: unknown argument {}\n", argv[i]);
+    } else if (argv[i][0] != '-' && path.empty()) {
+      path = argv[i];
+    } else {
+      fmt::print(stderr, "diagnosis_eval: unknown argument {}\n{}", argv[i], kUsage);
       return 2;
     }
+  }
+  if (path.empty()) {
+    fmt::print(stderr, "diagnosis_eval: no fixture file given\n{}", kUsage);
+    return 2;
   }
   std::vector<const conf::BuiltinEntry*> cands;
   for (const auto& e : conf::builtin_candidates())
@@ -242,4 +251,14 @@ int main(int argc, char** argv) {
   if (correct_failures) ok = false, fmt::print("FAIL: a correct kernel failed\n");
   if (norm_on_quant_named) ok = false, fmt::print("FAIL: a norm fault named as a quantization fault\n");
   return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  ref::keep_freed_memory();  // as the normcheck executable does (heap.hpp)
+  try {
+    return evaluate(argc, argv);
+  } catch (const std::exception& e) {  // an unreadable or damaged fixture file, a bad case
+    fmt::print(stderr, "diagnosis_eval: {}\n", e.what());
+    return 2;
+  }
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <ostream>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -346,9 +347,13 @@ int run_run(const RunArgs& a, const std::vector<std::string>& argv_all, bool off
     const std::string spec = r.info.name;
     ctx.repro = [&, spec](const std::string& id) { return repro(spec, id); };
     try {
-      std::string text = conf::results_json(r, ctx);
-      if (!p.empty()) conf::write_text_file(p, text, a.force);
-      if (a.report.any()) results_texts.emplace_back(std::move(text), p.empty() ? r.info.name : p);
+      if (a.report.any()) {  // the reports read the text
+        std::string text = conf::results_json(r, ctx);
+        if (!p.empty()) conf::write_text_file(p, text, a.force);
+        results_texts.emplace_back(std::move(text), p.empty() ? r.info.name : p);
+      } else {
+        conf::write_file_atomically(p, [&](std::ostream& f) { conf::write_results_json(f, r, ctx); }, a.force);
+      }
     } catch (const std::exception& e) {
       fmt::print(stderr, "normcheck: {}\n", e.what());
       return kExitBadInput;

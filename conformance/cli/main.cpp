@@ -6,9 +6,11 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "normcheck/reference/heap.hpp"
 #include "normcheck/version.hpp"
 
 int main(int argc, char** argv) {
+  normcheck::ref::keep_freed_memory();  // arrays of a case's size, freed and reused (heap.hpp)
   CLI::App app{"normcheck: certified conformance testing for LayerNorm, RMSNorm and residual placements"};
   app.require_subcommand(1);
   app.set_version_flag("--version", normcheck::kVersion);

@@ -3,13 +3,12 @@
 //   build/reference/bench/reference_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
-#include <malloc.h>
-
 #include <cmath>
 #include <random>
 #include <string>
 
 #include "normcheck/reference/evaluate.hpp"
+#include "normcheck/reference/heap.hpp"
 
 namespace {
 
@@ -134,8 +133,7 @@ int main(int argc, char** argv) {
   // cost of 68 MB of fresh outputs per evaluation from the measurement. Both are reported.
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--keep-heap") {
-      mallopt(M_MMAP_THRESHOLD, 1 << 30);
-      mallopt(M_TRIM_THRESHOLD, 1 << 30);
+      normcheck::ref::keep_freed_memory();  // the normcheck executable's policy (heap.hpp)
       for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
       --argc;
       break;

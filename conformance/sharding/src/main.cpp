@@ -11,11 +11,13 @@
 #include <map>
 
 #include "normcheck/fixtures/error.hpp"
+#include "normcheck/reference/heap.hpp"
 #include "normcheck/sharding/shard.hpp"
 
 using namespace normcheck;
 
 int main(int argc, char** argv) {
+  ref::keep_freed_memory();  // as the normcheck executable does (heap.hpp)
   CLI::App app{
       "Check sharded outputs files against unsharded certified fixtures (conformance/sharding/README.md)"};
   std::string fixtures, emulate_plan, fault;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <optional>
@@ -82,11 +83,16 @@ struct ResultsContext {
   std::function<std::string(const std::string&)> repro;
 };
 std::string results_json(const CandidateRun& run, const ResultsContext& ctx);
+// The same text written to `os` a case at a time (no tree or text of the whole file in memory).
+void write_results_json(std::ostream& os, const CandidateRun& run, const ResultsContext& ctx);
 // A case's "diagnosis" list as the results file writes it (reports/RESULTS.md), as JSON text.
 std::string diagnosis_json_text(const std::vector<Diagnosis>& diagnosis);
 // Writes atomically (temporary file + rename); refuses to replace an existing file unless
 // `overwrite`. Throws std::runtime_error.
 void write_text_file(const std::string& path, const std::string& text, bool overwrite);
+// The same with the contents written by `write` into the temporary file.
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write,
+                           bool overwrite);
 
 // One-line description of a case result for people ("FAILED  ln_... y: 3 of 4096 elements ...").
 std::string describe(const CaseResult& r);
