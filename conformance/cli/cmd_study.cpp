@@ -189,7 +189,7 @@ Runner add_study_command(CLI::App& app, std::vector<std::string>& argv_all) {
                   "Initializations of the paper checks, seed .. seed + N - 1 (the others float64, initialization and the "
                   "first step only; 4, --full: 16; 1 to 64)");
   cmd->add_option("--threads", o.threads, "Threads (0: all cores)");
-  cmd->add_option("--json", a->json, "Write the results file (normcheck-study-placement v3) here");
+  cmd->add_option("--json", a->json, "Write the results file (normcheck-study-placement v4) here");
   cmd->add_option("--html", a->html_dir, "Write the page, DIR/index.html");
   cmd->add_option("--markdown", a->markdown, "Write the Markdown summary here");
   cmd->add_flag("--force", a->force, "Replace existing output files");

@@ -1,11 +1,16 @@
 // The placement study's page and Markdown summary, from its results file
-// (normcheck-study-placement v1, v2 or v3; v2's and v3's fields are optional here). The page is one self-contained file like the conformance
+// (normcheck-study-placement v1 to v4; the fields of v2 to v4 are optional here). The page is one self-contained file like the conformance
 // report: Chart.js and the data inlined, nothing fetched; one plot per quantity with the layer
-// on the x axis and one line (own marker shape and dash) per placement; a page check at the
-// bottom (#nc-status) that the headless-Chromium test reads.
+// on the x axis and one line (own marker shape and dash) per placement; at initialization, where
+// the file has a quantity per seed (v3: the gradients of W1 and W2; v4: the activations too), the
+// line is the geometric mean over the seeds with a band from the smallest to the largest seed's
+// value (computed here, seed_bands, and inlined with the data); a page check at the bottom
+// (#nc-status) that the headless-Chromium test reads.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "normcheck/reports/study.hpp"
@@ -42,6 +47,19 @@ struct Reader {
     for (std::size_t i = 0; i < a.size(); ++i)
       if (!a[i].is_number() && !(a[i].is_string() && (a[i] == "inf" || a[i] == "-inf" || a[i] == "nan")))
         fail(fmt::format("{}{}[{}]", path, name, i), "expected a number");
+  }
+  // An array of `seeds` arrays of `n` numbers each (per seed, per layer).
+  void per_seed(const Json& obj, const std::string& path, const char* name, std::size_t seeds, std::size_t n) const {
+    const Json& a = field(obj, path, name, Json::value_t::array);
+    if (a.size() != seeds) fail(path + name, fmt::format("expected {} arrays (one per seed), got {}", seeds, a.size()));
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      const std::string p = fmt::format("{}{}[{}]", path, name, k);
+      if (!a[k].is_array()) fail(p, "expected an array");
+      if (a[k].size() != n) fail(p, fmt::format("expected {} values (one per layer), got {}", n, a[k].size()));
+      for (std::size_t i = 0; i < n; ++i)
+        if (!a[k][i].is_number() && !(a[k][i].is_string() && (a[k][i] == "inf" || a[k][i] == "-inf" || a[k][i] == "nan")))
+          fail(fmt::format("{}[{}]", p, i), "expected a number");
+    }
   }
 };
 
@@ -104,6 +122,8 @@ Json read_study(const std::string& text, const std::string& source) {
       if (layers < 1) r.fail(p + "layers", "expected at least 1");
       r.numbers(rows[i], p, "grad_w2_geomean", static_cast<std::size_t>(layers));
       r.numbers(rows[i], p, "model_update", n);
+      for (const char* f : {"grad_w1", "grad_w2", "act_in", "act_out"})  // per seed: v3 (grad_w1, grad_w2), v4 (act_in, act_out)
+        if (rows[i].contains(f)) r.per_seed(rows[i], p, f, n, static_cast<std::size_t>(layers));
       for (const char* f : {"grad_w2_log_slope", "grad_w2_log_slope_se", "model_update_geomean"}) {
         const Json& v = r.field(rows[i], p, f, rows[i].contains(f) && rows[i].at(f).is_string() ? Json::value_t::string
                                                                                                 : Json::value_t::number_float);
@@ -134,6 +154,43 @@ Json read_study(const std::string& text, const std::string& source) {
 }
 
 std::string num(const Json& v) { return v.is_number() ? text::num(v.get<double>()) : v.get<std::string>(); }
+
+// The per-layer plots over seeds: per stack of `seeds.runs[]` and per quantity it has per seed
+// (grad_w1, grad_w2; act_in, act_out from version 4), per layer the geometric mean over the seeds
+// (exp of the mean of the logs) and the smallest and largest seed's value. A layer where a seed's
+// value is not a finite positive number has "nan" for all three (not drawn; the plot counts it).
+// {"seeds": N, "runs": [{placement, norm, layers, <quantity>: {mean, min, max}}]}; empty runs
+// without a seeds section.
+Json seed_bands(const Json& j) {
+  Json out{{"seeds", 0}, {"runs", Json::array()}};
+  if (!j.contains("seeds")) return out;
+  const Json& ss = j.at("seeds");
+  const std::size_t n = ss.at("seeds").size();
+  out["seeds"] = n;
+  for (const auto& r : ss.at("runs")) {
+    Json row{{"placement", r.at("placement")}, {"norm", r.at("norm")}, {"layers", r.at("layers")}};
+    const auto layers = r.at("layers").get<std::size_t>();
+    for (const char* f : {"grad_w1", "grad_w2", "act_in", "act_out"}) {
+      if (!r.contains(f)) continue;
+      Json mean = Json::array(), lo = Json::array(), hi = Json::array();
+      for (std::size_t l = 0; l < layers; ++l) {
+        double sum = 0, mn = std::numeric_limits<double>::infinity(), mx = -mn;
+        bool ok = true;
+        for (std::size_t k = 0; k < n; ++k) {
+          const Json& v = r.at(f).at(k).at(l);
+          const double x = v.is_number() ? v.get<double>() : std::nan("");
+          if (!(std::isfinite(x) && x > 0)) ok = false;
+          else sum += std::log(x), mn = std::min(mn, x), mx = std::max(mx, x);
+        }
+        if (ok) mean.push_back(std::exp(sum / static_cast<double>(n))), lo.push_back(mn), hi.push_back(mx);
+        else mean.push_back("nan"), lo.push_back("nan"), hi.push_back("nan");
+      }
+      row[f] = Json{{"mean", mean}, {"min", lo}, {"max", hi}};
+    }
+    out["runs"].push_back(std::move(row));
+  }
+  return out;
+}
 
 // ---- the page -------------------------------------------------------------------------------
 
@@ -171,12 +228,21 @@ constexpr const char* kScript = R"JS(
               pointStyle: lk[1], pointRadius: 3, borderDash: lk[2], borderWidth: 1.5, showLine: true, fill: false};
     });
     var yAxis = {title: {display: true, text: yTitle + (log ? ' (log)' : '')}};
+    // A min-max band over seeds: its 'min' series, then its 'max' series filled down to the 'min' one.
+    series.forEach(function (s, i) {
+      if (!s.band) return;
+      var d = sets[i];
+      d.pointRadius = 0; d.borderWidth = 0.5; d.borderDash = []; d.ncBand = true;
+      d.backgroundColor = d.borderColor + '2e';
+      if (s.band === 'max') d.fill = '-1';
+    });
     if (log) { yAxis.type = 'logarithmic'; yAxis.ticks = {callback: decade}; } else { yAxis.beginAtZero = true; }
     var xAxis = {type: logx ? 'logarithmic' : 'linear', title: {display: true, text: xTitle + (logx ? ' (log)' : '')}};
     if (logx === 'rate') xAxis.ticks = {callback: decade};
     else if (logx) xAxis.ticks = {callback: function (v) { return [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64].indexOf(v) >= 0 ? String(v) : ''; }};
     var chart = make(parent, title, {type: 'scatter', data: {datasets: sets},
-      options: {scales: {x: xAxis, y: yAxis}, plugins: {legend: {labels: {usePointStyle: true}}}}}, 460);
+      options: {scales: {x: xAxis, y: yAxis}, plugins: {legend: {labels: {usePointStyle: true,
+        filter: function (item, cd) { return !cd.datasets[item.datasetIndex].ncBand; }}}}}}, 460);
     var notes = [];
     if (note) notes.push(note);
     if (!any) notes.push('no value to draw at this setting');
@@ -197,6 +263,36 @@ constexpr const char* kScript = R"JS(
       return {label: r.placement, placement: r.placement,
               points: (v || []).map(function (y, l) { return {x: l + 1, y: num(y)}; })};
     });
+  }
+  // At initialization, a quantity the file has per seed: per placement the geometric mean over the
+  // seeds (the line) and the band from the smallest to the largest seed's value; otherwise (after
+  // a step, or a file without it) the first seed, as perLayer. Returns {series, seeds}: seeds 0
+  // when no line is over seeds.
+  var bands = JSON.parse(document.getElementById('nc-seed-bands').textContent);
+  function bandOf(r, field) {
+    for (var i = 0; i < bands.runs.length; ++i) {
+      var b = bands.runs[i];
+      if (b.placement === r.placement && b.norm === r.norm && b.layers === r.layers) return b[field] || null;
+    }
+    return null;
+  }
+  function perLayerOverSeeds(runs, step, field) {
+    var out = [], over = 0;
+    function pts(a) { return a.map(function (y, l) { return {x: l + 1, y: num(y)}; }); }
+    runs.forEach(function (r) {
+      var b = step === 0 && bands.seeds > 1 ? bandOf(r, field) : null;
+      if (!b) { out = out.concat(perLayer([r], step, function (s) { return s[field]; })); return; }
+      over = bands.seeds;
+      out.push({label: r.placement + ' min', placement: r.placement, points: pts(b.min), band: 'min'});
+      out.push({label: r.placement + ' max', placement: r.placement, points: pts(b.max), band: 'max'});
+      out.push({label: r.placement, placement: r.placement, points: pts(b.mean)});
+    });
+    return {series: out, seeds: over};
+  }
+  function overSeedsNote(o, note) {
+    var n = o.seeds ? 'geometric mean over the ' + o.seeds + ' seeds, the band from the smallest to the largest seed\'s value'
+                    : 'one seed (the study\'s)';
+    return note ? note + '; ' + n : n;
   }
   var sel = {norm: document.getElementById('nc-norm'), layers: document.getElementById('nc-layers'),
              step: document.getElementById('nc-step')};
@@ -224,13 +320,14 @@ constexpr const char* kScript = R"JS(
     var runs = runsOf(norm, layers);
     var g = document.createElement('div'); g.className = 'plots'; box.appendChild(g);
     var head = ' (' + norm + ', L = ' + layers + ', ' + when + ')';
-    plot(g, '||dL/dW1||_F per layer' + head, 'layer', '||dL/dW1||_F', perLayer(runs, step, function (s) { return s.grad_w1; }), true);
-    plot(g, '||dL/dW2||_F per layer' + head, 'layer', '||dL/dW2||_F', perLayer(runs, step, function (s) { return s.grad_w2; }), true, false,
-         'Xiong et al. Figure 3 plots this at initialization');
+    var o1 = perLayerOverSeeds(runs, step, 'grad_w1'), o2 = perLayerOverSeeds(runs, step, 'grad_w2');
+    var oi = perLayerOverSeeds(runs, step, 'act_in'), oo = perLayerOverSeeds(runs, step, 'act_out');
+    plot(g, '||dL/dW1||_F per layer' + head, 'layer', '||dL/dW1||_F', o1.series, true, false, overSeedsNote(o1));
+    plot(g, '||dL/dW2||_F per layer' + head, 'layer', '||dL/dW2||_F', o2.series, true, false,
+         overSeedsNote(o2, 'Xiong et al. Figure 3 plots this at initialization'));
     plot(g, 'activation entering the block (the residual stream)' + head, 'layer', 'RMS over tokens of ||x_l||',
-         perLayer(runs, step, function (s) { return s.act_in; }), true);
-    plot(g, 'activation leaving the block' + head, 'layer', 'RMS over tokens of ||x_l+1||',
-         perLayer(runs, step, function (s) { return s.act_out; }), true);
+         oi.series, true, false, overSeedsNote(oi));
+    plot(g, 'activation leaving the block' + head, 'layer', 'RMS over tokens of ||x_l+1||', oo.series, true, false, overSeedsNote(oo));
     plot(g, 'what the block adds, ||x_l+1 - x_l||' + head, 'layer', 'RMS over tokens', perLayer(runs, step, function (s) { return s.block_update; }), true);
     // Version 2: the attention projections' gradients, and post/deepnorm's pre-norm sums.
     function having(field) { return runs.filter(function (r) { var s = stepOf(r, step); return s && s[field]; }); }
@@ -377,8 +474,10 @@ std::string study_placement_html(const std::string& json_text, const std::string
   if (const auto rows = seed_rows(j); !rows.empty()) {
     s += "<h2>Across seeds</h2>\n<p>What the checks of Figure 3, Theorem 1 and DeepNet use: every stack at every seed, "
          "float64, at initialization and after the first step. The trend of ‖dL/dW2‖ is exp(b), b the slope of its log "
-         "against the layer position l/(L−1) over all layers, the mean over the seeds (± 2 standard errors); the plots "
-         "below are of the first seed.</p>\n<table><tr>";
+         "against the layer position l/(L−1) over all layers, the mean over the seeds (± 2 standard errors). Below, at "
+         "initialization, the per-layer plots of ‖dL/dW1‖, ‖dL/dW2‖ (and of the activations, in a results file of version 4) "
+         "are the geometric mean over the seeds with a band from the smallest to the largest seed's value; after a step, and "
+         "the other quantities, are of the first seed.</p>\n<table><tr>";
     for (const char* h : kSeedHeads) s += fmt::format("<th>{}</th>", h);
     s += "</tr>\n";
     for (const auto& row : rows) {
@@ -393,7 +492,8 @@ std::string study_placement_html(const std::string& json_text, const std::string
        "<label>When <select id=\"nc-step\"></select></label></p>\n<div id=\"nc-plots\"></div>\n";
   s += std::string("<h2>What this study does not show</h2>\n<ul><li>") +
        (attention ? "The model is a small encoder (one short sequence, no masking, no embeddings, no dropout), not the papers' "
-                    "translation Transformers; the paper checks are over the seeds above, the plots and the sweep of one seed."
+                    "translation Transformers; the paper checks are over the seeds above, and so are the per-layer plots at initialization "
+                    "of the quantities the file has per seed; the other plots and the sweep are of one seed."
                   : "Attention is not modelled: each block is one position-wise FFN sublayer with its norm(s). Xiong et al.'s "
                     "Figure 3 and DeepNet's experiments are of full Transformers.") +
        "</li><li>The data are synthetic (Gaussian inputs, a random linear teacher), a few tokens, a few steps: early "
@@ -405,6 +505,7 @@ std::string study_placement_html(const std::string& json_text, const std::string
                             : "<p style=\"font-size:12px;color:#555\">Plots drawn with Chart.js (MIT License; its license "
                               "text is in a comment at the end of this page's source).</p>\n";
   s += "<script type=\"application/json\" id=\"nc-data\">" + text::script_safe(j.dump()) + "</script>\n";
+  s += "<script type=\"application/json\" id=\"nc-seed-bands\">" + text::script_safe(seed_bands(j).dump()) + "</script>\n";
   if (!plot_library.empty()) s += "<script>\n" + text::script_safe(plot_library) + "\n</script>\n";
   s += "<script>" + std::string(text::page_script_prologue()) + kScript + "</script>\n";
   if (!license.empty()) s += "<!--\n" + text::comment_safe(license) + "\n-->\n";

@@ -33,6 +33,11 @@ plots="$(sed -n 's/.*data-charts="\([0-9]*\)".*/\1/p' <<<"$status")"
 check "every view drawn ($views of 13)" test "${views:-0}" -eq 13
 check "at least 7 x 18 + 6 x 19 plots drawn ($plots)" test "${plots:-0}" -ge 240
 check "the checks table is on the page" grep -q 'pre_over_post_last_layer_exponent' "$work/dom.html"
+# At initialization the per-layer plots of the gradients and the activations are over the 2 seeds
+# (the geometric mean and its min-max band: 4 plots in the default view); after a step, one seed.
+bands="$(grep -o "geometric mean over the 2 seeds" "$work/dom.html" | wc -l)"
+check "the default view's 4 per-layer plots are over the seeds ($bands)" test "$bands" -eq 4
+check "the page has the bands over the seeds" grep -q 'id="nc-seed-bands">{"seeds":2,"runs":\[{' "$work/dom.html"
 check "no console error in chromium's log" \
   bash -c "! grep -E 'CONSOLE|Uncaught' '$work/chromium.log' | grep -v 'dbus' | grep -q ."
 timeout 120 "$browser" "${flags[@]}" --hide-scrollbars --window-size=1500,3400 \

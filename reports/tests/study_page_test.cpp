@@ -50,6 +50,26 @@ nlohmann::ordered_json minimal3() {
   return j;
 }
 
+// Version 4: the activations per seed. Values chosen so that the geometric means are exact.
+nlohmann::ordered_json minimal4() {
+  auto j = minimal3();
+  j["format_version"] = 4;
+  auto& row = j["seeds"]["runs"][0];
+  row["grad_w1"] = {{1, 2}, {4, 32}};
+  row["act_in"] = {{9, "nan"}, {1, 3}};
+  row["act_out"] = {{2, 5}, {8, 5}};
+  return j;
+}
+
+// The page's inlined bands over seeds (the JSON of <script id="nc-seed-bands">).
+nlohmann::json bands_of(const std::string& html) {
+  const std::string open = "<script type=\"application/json\" id=\"nc-seed-bands\">";
+  const auto at = html.find(open);
+  if (at == std::string::npos) return nullptr;
+  const auto from = at + open.size();
+  return nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from));
+}
+
 std::string error_of(const nlohmann::ordered_json& j) {
   try {
     study_placement_markdown(j.dump(), "s.json");
@@ -105,14 +125,67 @@ TEST(StudyPage, Version3FileRendersTheSeeds) {
   EXPECT_NE(error_of(j).find("seeds.runs[0].grad_w2_geomean: missing"), std::string::npos);
 }
 
+// Versions 1 to 4 are read; the per-layer plots at initialization are the geometric mean over
+// the seeds with the min-max band, here checked against values worked out by hand.
+TEST(StudyPage, Version4FileBandsOverSeeds) {
+  for (const auto& j : {minimal(), minimal2(), minimal3(), minimal4()}) EXPECT_EQ(error_of(j), "") << j["format_version"];
+  const auto b = bands_of(study_placement_html(minimal4().dump(), "s.json", "", ""));
+  ASSERT_TRUE(b.is_object());
+  EXPECT_EQ(b["seeds"], 2);
+  ASSERT_EQ(b["runs"].size(), 1u);
+  const auto& r = b["runs"][0];
+  EXPECT_EQ(r["placement"], "post");
+  EXPECT_EQ(r["layers"], 2);
+  auto near = [](const nlohmann::json& got, std::vector<double> want, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (std::isnan(want[i])) EXPECT_EQ(got[i], "nan") << what << "[" << i << "]";
+      else EXPECT_NEAR(got[i].get<double>(), want[i], 1e-12 * want[i]) << what << "[" << i << "]";
+  };
+  const double nan = std::nan("");
+  near(r["grad_w1"]["mean"], {2, 8}, "grad_w1 mean");  // sqrt(1 * 4), sqrt(2 * 32)
+  near(r["grad_w1"]["min"], {1, 2}, "grad_w1 min");
+  near(r["grad_w1"]["max"], {4, 32}, "grad_w1 max");
+  near(r["grad_w2"]["mean"], {1, 4}, "grad_w2 mean");  // sqrt(1 * 1), sqrt(2 * 8)
+  near(r["grad_w2"]["min"], {1, 2}, "grad_w2 min");
+  near(r["grad_w2"]["max"], {1, 8}, "grad_w2 max");
+  near(r["act_in"]["mean"], {3, nan}, "act_in mean");  // a seed's NaN: the layer is not drawn
+  near(r["act_in"]["min"], {1, nan}, "act_in min");
+  near(r["act_in"]["max"], {9, nan}, "act_in max");
+  near(r["act_out"]["mean"], {4, 5}, "act_out mean");
+  near(r["act_out"]["min"], {2, 5}, "act_out min");
+  near(r["act_out"]["max"], {8, 5}, "act_out max");
+  // Version 3 has the gradients per seed, not the activations; versions 1 and 2 no seeds.
+  const auto b3 = bands_of(study_placement_html(minimal3().dump(), "s.json", "", ""));
+  near(b3["runs"][0]["grad_w2"]["mean"], {1, 4}, "v3 grad_w2 mean");
+  EXPECT_FALSE(b3["runs"][0].contains("act_in"));
+  EXPECT_EQ(bands_of(study_placement_html(minimal2().dump(), "s.json", "", ""))["runs"].size(), 0u);
+  // The per-seed arrays are checked: one array per seed, one value per layer.
+  auto j = minimal4();
+  j["seeds"]["runs"][0]["act_in"] = {{1, 2}};
+  EXPECT_NE(error_of(j).find("seeds.runs[0].act_in: expected 2 arrays (one per seed), got 1"), std::string::npos) << error_of(j);
+  j = minimal4();
+  j["seeds"]["runs"][0]["act_out"][1] = {1};
+  EXPECT_NE(error_of(j).find("seeds.runs[0].act_out[1]: expected 2 values (one per layer), got 1"), std::string::npos) << error_of(j);
+  j = minimal4();
+  j["seeds"]["runs"][0]["grad_w1"][0][1] = "big";
+  EXPECT_NE(error_of(j).find("seeds.runs[0].grad_w1[0][1]: expected a number"), std::string::npos) << error_of(j);
+}
+
 TEST(StudyPage, BadFilesNameTheField) {
   EXPECT_NE(error_of(nlohmann::ordered_json::array()).find("s.json: (root): expected an object"), std::string::npos);
   auto j = minimal();
   j["format"] = "normcheck-results";
   EXPECT_NE(error_of(j).find("s.json: format: expected \"normcheck-study-placement\""), std::string::npos);
   j = minimal();
-  j["format_version"] = 4;
-  EXPECT_NE(error_of(j).find("format_version"), std::string::npos);
+  j["format_version"] = 5;
+  EXPECT_NE(error_of(j).find("s.json: format_version: expected 1 to 4 (the versions this normcheck reads), got 5"), std::string::npos)
+      << error_of(j);
+  j = minimal4();
+  j["format_version"] = 5;
+  EXPECT_NE(error_of(j).find("got 5"), std::string::npos);
+  j["format_version"] = 0;
+  EXPECT_NE(error_of(j).find("got 0"), std::string::npos);
   j = minimal2();
   j["runs"][0]["steps"][0]["prenorm_ffn"] = {1};
   EXPECT_NE(error_of(j).find("runs[0].steps[0].prenorm_ffn: expected 2 values"), std::string::npos);

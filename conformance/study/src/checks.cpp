@@ -403,17 +403,20 @@ Json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks, const 
     std::vector<std::uint64_t> list;
     for (std::int64_t k = 0; k < o.seeds; ++k) list.push_back(o.seed + static_cast<std::uint64_t>(k));
     Json ss{{"seeds", list},
-            {"statistic", "per stack and seed: ||dL/dW1||, ||dL/dW2|| per layer at initialization and ||ΔF|| after the first "
+            {"statistic", "per stack and seed: ||dL/dW1||, ||dL/dW2||, act_in, act_out per layer at initialization and ||ΔF|| after the first "
                           "step (float64); geometric means over the seeds; the trend of ||dL/dW2|| is the slope of its log "
                           "against the layer position l/(L-1), mean over the seeds and its standard error"}};
     Json rows = Json::array();
     for (const auto& sr : r.seed_runs) {
-      Json g1 = Json::array(), g2 = Json::array();
+      Json g1 = Json::array(), g2 = Json::array(), ai = Json::array(), ao = Json::array();
       for (const auto& v : sr.grad_w1) g1.push_back(numbers(v));
       for (const auto& v : sr.grad_w2) g2.push_back(numbers(v));
+      for (const auto& v : sr.act_in) ai.push_back(numbers(v));
+      for (const auto& v : sr.act_out) ao.push_back(numbers(v));
       const Trend t = layer_trend(sr.grad_w2);
       rows.push_back(Json{{"placement", name_of(sr.placement)}, {"norm", ref::name_of(sr.norm)}, {"layers", sr.layers},
-                          {"grad_w1", g1}, {"grad_w2", g2}, {"model_update", numbers(sr.model_update)},
+                          {"grad_w1", g1}, {"grad_w2", g2}, {"act_in", ai}, {"act_out", ao},
+                          {"model_update", numbers(sr.model_update)},
                           {"grad_w1_geomean", numbers(geometric_mean_profile(sr.grad_w1))},
                           {"grad_w2_geomean", numbers(geometric_mean_profile(sr.grad_w2))},
                           {"grad_w2_log_slope", number(t.slope)}, {"grad_w2_log_slope_se", number(t.se)},

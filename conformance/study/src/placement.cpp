@@ -857,8 +857,9 @@ StackRun run_stack(const PlacementOptions& o, const Data& data, Placement pl, re
   return run;
 }
 
-// One stack at another seed (o.seed is that seed): float64, ||dL/dW1|| and ||dL/dW2|| per layer
-// at initialization and ||ΔF|| after the first step of the optimizer (a forward pass only).
+// One stack at another seed (o.seed is that seed): float64, ||dL/dW1||, ||dL/dW2|| and the
+// activation norms entering and leaving each block at initialization, and ||ΔF|| after the first
+// step of the optimizer (a forward pass only).
 void seed_stack(const PlacementOptions& o, const Data& data, Placement pl, ref::Op norm, std::int64_t layers, SeedRun& out,
                 std::size_t k) {
   Stack s = make_stack(o, pl, norm, layers);
@@ -866,6 +867,12 @@ void seed_stack(const PlacementOptions& o, const Data& data, Placement pl, ref::
   out.grad_w1[k].clear();
   out.grad_w2[k].clear();
   for (const auto& g : p.grads) out.grad_w1[k].push_back(frobenius(g.w1)), out.grad_w2[k].push_back(frobenius(g.w2));
+  out.act_in[k].clear();
+  out.act_out[k].clear();
+  for (std::size_t l = 0; l + 1 < p.acts.size() && l < p.grads.size(); ++l) {
+    out.act_in[k].push_back(rms_token_norm(p.acts[l], data.tokens));
+    out.act_out[k].push_back(rms_token_norm(p.acts[l + 1], data.tokens));
+  }
   out.model_update[k] = std::numeric_limits<double>::quiet_NaN();
   if (o.steps < 1) return;
   Optim opt(o, o.lr);
@@ -944,6 +951,7 @@ StudyResult run_placement_study(const PlacementOptions& o) {
         sr.placement = p, sr.norm = n, sr.layers = l;
         const auto ns = static_cast<std::size_t>(o.seeds);
         sr.grad_w1.resize(ns), sr.grad_w2.resize(ns), sr.model_update.resize(ns);
+        sr.act_in.resize(ns), sr.act_out.resize(ns);
         for (std::int64_t k = 0; k < o.seeds; ++k) {
           sr.seeds.push_back(o.seed + static_cast<std::uint64_t>(k));
           if (k > 0) jobs.push_back({p, n, l, slot, -2 - k, static_cast<double>(l) * 1.7});
@@ -992,6 +1000,8 @@ StudyResult run_placement_study(const PlacementOptions& o) {
     const StepStats& s0 = r.runs[i].steps.front();
     r.seed_runs[i].grad_w1[0] = s0.grad_w1;
     r.seed_runs[i].grad_w2[0] = s0.grad_w2;
+    r.seed_runs[i].act_in[0] = s0.act_in;
+    r.seed_runs[i].act_out[0] = s0.act_out;
     r.seed_runs[i].model_update[0] =
         r.runs[i].steps.size() > 1 ? r.runs[i].steps[1].model_update : std::numeric_limits<double>::quiet_NaN();
   }

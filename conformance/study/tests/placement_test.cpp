@@ -221,7 +221,7 @@ TEST(Study, SweepMarksARisingLossUnusable) {
   }
   const auto j = to_json(r, paper_checks(r), "", "");
   EXPECT_EQ(j["lr_sweep"]["runs"].size(), r.sweep.size());
-  EXPECT_EQ(j["format_version"], 3);
+  EXPECT_EQ(j["format_version"], 4);
 }
 
 // A loss scale of 2^24 overflows float16 gradients (max 65504) and not bfloat16's (max 3.4e38);
@@ -346,6 +346,11 @@ TEST(Study, EachSeedIsTheStudyAtThatSeed) {
     EXPECT_EQ(sr.model_update[0], r.runs[i].steps[1].model_update);
     EXPECT_EQ(sr.grad_w1[2], third.runs[i].steps[0].grad_w1);
     EXPECT_EQ(sr.grad_w2[2], third.runs[i].steps[0].grad_w2);
+    EXPECT_EQ(sr.act_in[0], r.runs[i].steps[0].act_in);
+    EXPECT_EQ(sr.act_out[0], r.runs[i].steps[0].act_out);
+    EXPECT_EQ(sr.act_in[2], third.runs[i].steps[0].act_in);
+    EXPECT_EQ(sr.act_out[2], third.runs[i].steps[0].act_out);
+    EXPECT_NE(sr.act_out[1], sr.act_out[0]);
     EXPECT_EQ(sr.model_update[2], third.runs[i].steps[1].model_update);
     EXPECT_NE(sr.grad_w2[1], sr.grad_w2[0]);
   }

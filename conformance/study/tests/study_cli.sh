@@ -53,7 +53,7 @@ check "small study: prints the checks" grep -q "pre_over_post_last_layer_exponen
 check "results file: format, version, runs, checks, per-layer arrays" "$py" - "$work/r.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert j["format"] == "normcheck-study-placement" and j["format_version"] == 3, j["format"]
+assert j["format"] == "normcheck-study-placement" and j["format_version"] == 4, j["format"]
 assert j["options"]["model"] == "attention+ffn" and j["options"]["heads"] == 4, j["options"]
 assert len(j["runs"]) == 4 * 2 * 2, len(j["runs"])
 sw = j["lr_sweep"]
@@ -65,6 +65,8 @@ assert j["options"]["seeds"] == 3 and j["seeds"]["seeds"] == [20260, 20261, 2026
 assert len(j["seeds"]["runs"]) == 16
 for s in j["seeds"]["runs"]:
     assert len(s["grad_w2"]) == 3 and all(len(g) == s["layers"] for g in s["grad_w2"]) and len(s["model_update"]) == 3
+    for f in ("grad_w1", "act_in", "act_out"):  # act_in, act_out: version 4
+        assert len(s[f]) == 3 and all(len(g) == s["layers"] for g in s[f]), f
     assert len(s["grad_w2_geomean"]) == s["layers"] and s["grad_w2_log_slope_se"] >= 0
 assert [c["status"] for c in j["checks"][:2]] == ["not evaluated"] * 2  # Figure 3 wants depths >= 6
 for c in j["checks"][2:4]:

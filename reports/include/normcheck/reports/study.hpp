@@ -1,5 +1,5 @@
 // Pages of the studies (`normcheck study placement`): read from the study's results file
-// (format normcheck-study-placement v1, v2 or v3, conformance/study/README.md), like every report here.
+// (format normcheck-study-placement v1 to v4, conformance/study/README.md), like every report here.
 #pragma once
 
 #include <string>
@@ -9,7 +9,7 @@
 namespace normcheck::reports {
 
 inline constexpr const char* kStudyPlacementFormat = "normcheck-study-placement";
-inline constexpr int kStudyPlacementVersion = 3;  // the newest version read (1, 2 and 3 are)
+inline constexpr int kStudyPlacementVersion = 4;  // the newest version read (1 to 4 are)
 
 // The self-contained HTML page (plots inlined with `plot_library`, its `license` as a comment)
 // and the Markdown summary of a placement study's results file. `source` names the file in

@@ -213,14 +213,16 @@ struct SweepRun {
 };
 bool usable_losses(const std::vector<double>& losses);
 
-// One stack at every seed of the checks: per seed, ||dL/dW1|| and ||dL/dW2|| per layer at
-// initialization and ||ΔF|| after the first step (NaN with --steps 0). Seed 0 is runs[]'s.
+// One stack at every seed of the checks: per seed, ||dL/dW1|| and ||dL/dW2|| and the activation
+// norms entering and leaving each block (act_in, act_out: StepStats's) per layer at
+// initialization, and ||ΔF|| after the first step (NaN with --steps 0). Seed 0 is runs[]'s.
 struct SeedRun {
   Placement placement = Placement::post;
   ref::Op norm = ref::Op::layernorm;
   std::int64_t layers = 0;
   std::vector<std::uint64_t> seeds;
   std::vector<std::vector<double>> grad_w1, grad_w2;  // [seed][layer]
+  std::vector<std::vector<double>> act_in, act_out;   // [seed][layer]
   std::vector<double> model_update;                   // [seed]
 };
 
@@ -257,9 +259,9 @@ struct PaperCheck {
 };
 std::vector<PaperCheck> paper_checks(const StudyResult& r);
 
-// The results file, format `normcheck-study-placement` version 3 (README.md "Results file").
+// The results file, format `normcheck-study-placement` version 4 (README.md "Results file").
 inline constexpr const char* kResultsFormat = "normcheck-study-placement";
-inline constexpr int kResultsVersion = 3;
+inline constexpr int kResultsVersion = 4;
 nlohmann::ordered_json to_json(const StudyResult& r, const std::vector<PaperCheck>& checks,
                                const std::string& command, const std::string& generator);
 
