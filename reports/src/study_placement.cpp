@@ -40,26 +40,23 @@ struct Reader {
                                            type == Json::value_t::object ? "an object" : "a number"));
     return v;
   }
-  // An array of `n` numbers, "inf", "-inf" or "nan".
-  void numbers(const Json& obj, const std::string& path, const char* name, std::size_t n) const {
-    const Json& a = field(obj, path, name, Json::value_t::array);
-    if (a.size() != n) fail(path + name, fmt::format("expected {} values (one per layer), got {}", n, a.size()));
+  // `a` (at `where`) is an array of `n` numbers, "inf", "-inf" or "nan".
+  void number_array(const Json& a, const std::string& where, std::size_t n) const {
+    if (!a.is_array()) fail(where, "expected an array");
+    if (a.size() != n) fail(where, fmt::format("expected {} values (one per layer), got {}", n, a.size()));
     for (std::size_t i = 0; i < a.size(); ++i)
       if (!a[i].is_number() && !(a[i].is_string() && (a[i] == "inf" || a[i] == "-inf" || a[i] == "nan")))
-        fail(fmt::format("{}{}[{}]", path, name, i), "expected a number");
+        fail(fmt::format("{}[{}]", where, i), "expected a number");
+  }
+  // Field `name` of `obj`: an array of `n` numbers.
+  void numbers(const Json& obj, const std::string& path, const char* name, std::size_t n) const {
+    number_array(field(obj, path, name, Json::value_t::array), path + name, n);
   }
   // An array of `seeds` arrays of `n` numbers each (per seed, per layer).
   void per_seed(const Json& obj, const std::string& path, const char* name, std::size_t seeds, std::size_t n) const {
     const Json& a = field(obj, path, name, Json::value_t::array);
     if (a.size() != seeds) fail(path + name, fmt::format("expected {} arrays (one per seed), got {}", seeds, a.size()));
-    for (std::size_t k = 0; k < a.size(); ++k) {
-      const std::string p = fmt::format("{}{}[{}]", path, name, k);
-      if (!a[k].is_array()) fail(p, "expected an array");
-      if (a[k].size() != n) fail(p, fmt::format("expected {} values (one per layer), got {}", n, a[k].size()));
-      for (std::size_t i = 0; i < n; ++i)
-        if (!a[k][i].is_number() && !(a[k][i].is_string() && (a[k][i] == "inf" || a[k][i] == "-inf" || a[k][i] == "nan")))
-          fail(fmt::format("{}[{}]", p, i), "expected a number");
-    }
+    for (std::size_t k = 0; k < a.size(); ++k) number_array(a[k], fmt::format("{}{}[{}]", path, name, k), n);
   }
 };
 
