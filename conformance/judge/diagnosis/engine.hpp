@@ -139,6 +139,14 @@ class Engine {
            k.dgamma_tile == 0 && c_.block == ref::Block::none && c_.direction == ref::Direction::backward;
   }
 
+  // Gives the engine back the arrays of predictions no longer needed: the next runs fill them
+  // instead of new zeroed ones (a case is ranked with some 40 runs of the same sizes).
+  void recycle(Predictions&& p) const {
+    for (auto& [name, v] : p.values)
+      if (pool_.size() < kPoolSize && v.capacity() > 0) pool_.push_back(std::move(v));
+    p = Predictions{};
+  }
+
   // Whether k differs from the spec at most in how column sums are reduced.
   bool reduction_only(const Knobs& k) const { return spec_ && same_statistics(k, *spec_); }
 
@@ -177,6 +185,21 @@ class Engine {
   }
   mutable std::optional<Columns> cols_;
   std::optional<Knobs> spec_;
+  // Arrays given back (recycle), reused by take.
+  static constexpr std::size_t kPoolSize = 8;
+  mutable std::vector<std::vector<double>> pool_;
+  // An array of n elements for an output every element of which the run writes: from the pool
+  // where one is there (its old values are all overwritten), else new.
+  std::vector<double> take(std::size_t n) const {
+    for (std::size_t i = pool_.size(); i-- > 0;) {
+      if (pool_[i].size() < n) continue;
+      std::vector<double> v = std::move(pool_[i]);
+      pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
+      v.resize(n);  // shrinking writes nothing
+      return v;
+    }
+    return std::vector<double>(n);
+  }
 
   // h and the row statistics of a layout's rows under one dialect's knobs: the caches' (shared
   // by every dialect that computes them as the spec does) or the dialect's own.
@@ -337,12 +360,13 @@ class Engine {
     const std::size_t NS = static_cast<std::size_t>(RS * n);
     Predictions p;
     const bool ln = c_.op == ref::Op::layernorm;
+    // Every element of y and residual_out is written below (a dead row's with k.unwritten).
     auto& y = p["y"];
-    y.assign(NS, 0.0);
+    y = take(NS);
     std::vector<double>* rout = nullptr;
     if (r_) {
       rout = &p["residual_out"];
-      rout->assign(NS, 0.0);
+      *rout = take(NS);
     }
     // The scale and bias of each column (parameters indexed per element: per element).
     auto scale_bias = [&](std::int64_t row, std::int64_t j, LD& scale, LD& bv) {
@@ -355,22 +379,34 @@ class Engine {
     const bool per_col = w_ && !k.weight_flat_index;
     std::vector<LD> col_scale(per_col ? n : 0), col_bias(per_col ? n : 0);
     for (std::int64_t j = 0; per_col && j < n; ++j) scale_bias(0, j, col_scale[j], col_bias[j]);
+    // The knobs the element loop reads, as locals (kept in registers, not reloaded from k).
+    const bool centre = k.centre, bias_first = k.weight == WeightMode::bias_first,
+               after_norm = k.res == ResMode::after_norm;
+    const bool round_xhat = k.pts.xhat.has_value(), round_mul = k.pts.mul.has_value();
+    const DType xhat_t = k.pts.xhat.value_or(DType::float64), mul_t = k.pts.mul.value_or(DType::float64);
+    const ResOut res_out = k.res_out;
     for (std::int64_t ri = 0; ri < RS; ++ri) {
       const std::int64_t row = l.rows[ri];
+      double* yr = &y[static_cast<std::size_t>(ri * n)];
+      double* rr = rout ? &(*rout)[static_cast<std::size_t>(ri * n)] : nullptr;
       if (dead(k, row)) {
         for (std::int64_t j = 0; j < n; ++j) {
-          const std::size_t ci = static_cast<std::size_t>(ri * n + j);
-          y[ci] = k.unwritten;
-          if (rout) (*rout)[ci] = k.unwritten;
+          yr[j] = k.unwritten;
+          if (rr) rr[j] = k.unwritten;
         }
         continue;
       }
+      // Statistics over other dims: per element; else the row's, and the row's h.
+      const RowStat* row_stat = hr.groups ? nullptr : &(*hr.st)[static_cast<std::size_t>(ri)];
+      const LD* hrow = hr.groups ? nullptr : &(*hr.h)[static_cast<std::size_t>(ri * n)];
+      const LD* hout = rr && res_out != ResOut::holds_y && res_out != ResOut::holds_xhat
+                           ? &(*hr.hout)[static_cast<std::size_t>(ri * n)]
+                           : nullptr;
       for (std::int64_t j = 0; j < n; ++j) {
-        const std::size_t ci = static_cast<std::size_t>(ri * n + j);
-        const RowStat& s = stat_of(hr, l, ri, j);
-        const LD hv = h_of(hr, l, ri, j);
-        LD xh = (k.centre ? hv - s.mean : hv) * s.rstd;
-        if (k.pts.xhat) xh = rnd(xh, *k.pts.xhat);
+        const RowStat& s = row_stat ? *row_stat : stat_of(hr, l, ri, j);
+        const LD hv = hrow ? hrow[j] : h_of(hr, l, ri, j);
+        LD xh = (centre ? hv - s.mean : hv) * s.rstd;
+        if (round_xhat) xh = rnd(xh, xhat_t);
         LD v = xh;
         if (w_) {
           LD scale, bv;
@@ -380,20 +416,20 @@ class Engine {
           } else {
             scale_bias(row, j, scale, bv);
           }
-          if (k.weight == WeightMode::bias_first) {
+          if (bias_first) {
             v = (xh + bv) * scale;
-            if (k.pts.mul) v = rnd(v, *k.pts.mul);
+            if (round_mul) v = rnd(v, mul_t);
           } else {
             v = xh * scale;
-            if (k.pts.mul) v = rnd(v, *k.pts.mul);
+            if (round_mul) v = rnd(v, mul_t);
             v += bv;
           }
         }
-        if (k.res == ResMode::after_norm) v += r_->data[off(row, j)];
-        y[ci] = static_cast<double>(v);
-        if (rout) {
-          const LD o = k.res_out == ResOut::holds_y ? v : k.res_out == ResOut::holds_xhat ? xh : (*hr.hout)[ci];
-          (*rout)[ci] = static_cast<double>(o);
+        if (after_norm) v += r_->data[off(row, j)];
+        yr[j] = static_cast<double>(v);
+        if (rr) {
+          const LD o = res_out == ResOut::holds_y ? v : res_out == ResOut::holds_xhat ? xh : hout[j];
+          rr[j] = static_cast<double>(o);
         }
       }
     }
@@ -481,9 +517,10 @@ class Engine {
     Predictions p;
     std::vector<double> no_dx;
     auto& dx = columns_only ? no_dx : p["dx"];
-    if (!columns_only) dx.assign(NS, 0.0);
+    // Every element of dx and dresidual is written below (a dead row's with k.unwritten).
+    if (!columns_only) dx = take(NS);
     std::vector<double>* dres = r_ && !columns_only ? &p["dresidual"] : nullptr;
-    if (dres) dres->assign(NS, 0.0);
+    if (dres) *dres = take(NS);
     // On a sample, column sums are predicted only from the spec's (below): not accumulated.
     const bool sums = l.all_rows;
     const std::size_t nw = sums && w_ ? static_cast<std::size_t>(n) : 0, nb = sums && b_ ? static_cast<std::size_t>(n) : 0,
@@ -517,6 +554,9 @@ class Engine {
     const bool subset = only_cols && columns_only && subset_bound_ok(k) && sums && !tile;
     const std::int64_t nj = subset ? static_cast<std::int64_t>(only_cols->size()) : n;
     std::vector<LD> g(n), xh(n);
+    // The knobs the element loops read, as locals.
+    const bool centre = k.centre, sub_mean = k.centre && k.dx != DxMode::no_mean,
+               project = k.dx != DxMode::no_projection;
     for (std::int64_t ri = 0; ri < RS; ++ri) {
       const std::int64_t row = l.rows[ri];
       if (subset) {
@@ -540,16 +580,20 @@ class Engine {
         continue;
       }
       LD gsum = 0, gx = 0;
+      // The row's statistics and h (statistics over other dims: per element).
+      const RowStat* row_stat = groups ? nullptr : &(*hr.st)[static_cast<std::size_t>(ri)];
+      const LD* hrow = groups ? nullptr : &(*hr.h)[static_cast<std::size_t>(ri * n)];
+      const bool sum_dw = w_ && sums && !unsummed(k, row), sum_db = b_ && sums && !unsummed(k, row);
       for (std::int64_t j = 0; j < n; ++j) {
-        const RowStat& s = stat_of(hr, l, ri, j);
+        const RowStat& s = row_stat ? *row_stat : stat_of(hr, l, ri, j);
         const LD dyv = dy_->data[off(row, j)];
-        const LD hv = h_of(hr, l, ri, j);
-        xh[j] = (k.centre ? hv - s.mean : hv) * s.rstd;
+        const LD hv = hrow ? hrow[j] : h_of(hr, l, ri, j);
+        xh[j] = (centre ? hv - s.mean : hv) * s.rstd;
         const LD scale = bwd_per_col ? bwd_scale[j] : scale_at(k, row, j);
         g[j] = dyv * scale;
         gsum += g[j];
         gx += g[j] * xh[j];
-        if (w_ && sums && !unsummed(k, row)) accumulate(cs.dw, cs.dw_a, pcol(row, j), dyv * xh[j]);
+        if (sum_dw) accumulate(cs.dw, cs.dw_a, pcol(row, j), dyv * xh[j]);
         if (tile) {
           const std::int64_t pos = (j / tile) * tile + row % tile;
           if (pos >= n) {
@@ -560,20 +604,23 @@ class Engine {
             cs.dwt[j] += dyv * (yv / scale_at(k, row, pos));
           }
         }
-        if (b_ && sums && !unsummed(k, row)) accumulate(cs.db, cs.db_a, pcol(row, j), dyv);
+        if (sum_db) accumulate(cs.db, cs.db_a, pcol(row, j), dyv);
       }
       const LD gbar = gsum / static_cast<LD>(n), m2 = gx / static_cast<LD>(n);
       if (columns_only && !(rb_ && sums)) continue;
+      double* dxr = columns_only ? nullptr : &dx[static_cast<std::size_t>(ri * n)];
+      double* dresr = dres ? &(*dres)[static_cast<std::size_t>(ri * n)] : nullptr;
+      const bool sum_drb = rb_ && sums;
       for (std::int64_t j = 0; j < n; ++j) {
         LD K = g[j];
         const LD gb = groups ? grp_gbar[static_cast<std::size_t>(group_of[off(row, j)])] : gbar;
         const LD mm = groups ? grp_m2[static_cast<std::size_t>(group_of[off(row, j)])] : m2;
-        if (k.centre && k.dx != DxMode::no_mean) K -= gb;
-        if (k.dx != DxMode::no_projection) K -= xh[j] * mm;
-        const LD dh = stat_of(hr, l, ri, j).rstd * K;
-        if (!columns_only) dx[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(alpha * dh);
-        if (dres) (*dres)[static_cast<std::size_t>(ri * n + j)] = static_cast<double>(dh);
-        if (rb_ && sums) accumulate(cs.drb, cs.drb_a, pcol(row, j), dh);
+        if (sub_mean) K -= gb;
+        if (project) K -= xh[j] * mm;
+        const LD dh = (row_stat ? *row_stat : stat_of(hr, l, ri, j)).rstd * K;
+        if (dxr) dxr[j] = static_cast<double>(alpha * dh);
+        if (dresr) dresr[j] = static_cast<double>(dh);
+        if (sum_drb) accumulate(cs.drb, cs.drb_a, pcol(row, j), dh);
       }
     }
     column_sums_stage(k, l, cs, p, subset, only_cols, priming);

@@ -130,7 +130,7 @@ struct Predictions {
 // value (nearest-even, overflow to inf, subnormals exact: the default floating-point mode);
 // bfloat16 and float16 values in their normal range are rounded on the bits as ref::round_to
 // does; the rest (subnormal in the target, not finite, 0) goes to ref::round_to.
-inline double rnd(double v, DType t) {
+inline double rnd_narrow(double v, DType t) {
   switch (t) {
     case DType::float64: return v;
     case DType::float32: return static_cast<double>(static_cast<float>(v));
@@ -150,6 +150,12 @@ inline double rnd(double v, DType t) {
     }
   }
   return ref::round_to(v, t);
+}
+// The two common dtypes inlined into the engine's loops, the 16-bit ones a call.
+[[gnu::always_inline]] inline double rnd(double v, DType t) {
+  if (t == DType::float64) return v;
+  if (t == DType::float32) return static_cast<double>(static_cast<float>(v));
+  return rnd_narrow(v, t);
 }
 
 inline const ref::Tensor* input(const ref::Case& c, const char* name) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -57,6 +58,17 @@ std::vector<Diagnosis> diagnose(const fix::FixtureCase& fc, const Outputs& got, 
 }
 
 namespace {
+
+// Gives a variant's predictions back to the engine (Engine::recycle) when they go out of scope
+// (unless moved into an entry first).
+struct Recycled {
+  const Engine<double>& engine;
+  Predictions& p;
+  Recycled(const Engine<double>& e, Predictions& pr) : engine(e), p(pr) {}
+  Recycled(const Recycled&) = delete;
+  Recycled& operator=(const Recycled&) = delete;
+  ~Recycled() { engine.recycle(std::move(p)); }
+};
 
 // An entry of the ranking: one variant of one dialect with its score.
 struct Entry {
@@ -136,7 +148,7 @@ class Ranking {
     // every row); for the others the sample score (dx of the sampled rows) is still a lower bound.
     // Blocks are screened on a sample at any size: every dialect is a run of the FFNs.
     if ((numel > opt_.sample_above || c_.block != ref::Block::none) && worst + spread < R) {
-      const auto ratios = spec_row_ratios(fc_, got_, allow_, g, all_, &s_spec_, &s_spec_columns_);
+      const auto ratios = scorer_.spec_row_ratios(g, all_, &s_spec_, &s_spec_columns_);
       if (c_.direction == ref::Direction::backward) full_spec_ = engine_->prime_columns(spec_, all_);
       std::vector<std::int64_t> order(R);
       for (std::size_t r = 0; r < R; ++r) order[r] = static_cast<std::int64_t>(r);
@@ -149,7 +161,7 @@ class Ranking {
       rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
       sample_ = engine_->layout(&rows);
     } else {
-      s_spec_ = spec_score(fc_, got_, allow_);
+      s_spec_ = scorer_.score(nullptr, nullptr, nullptr).score;
     }
     // Fits (eps_other_value) look at the screened rows: the rows where the candidate departs most
     // from the spec, where a wrong eps shows (on a sample, a fit from every row would cost more
@@ -218,6 +230,7 @@ class Ranking {
         continue;
       run_already.push_back(&var.k);
       Predictions p;
+      const Recycled recycled{*engine_, p};  // p's arrays go back to the engine when this variant is done
       try {
         p = engine_->run(var.k, *lay_);
       } catch (const std::exception&) {
@@ -239,11 +252,15 @@ class Ranking {
         pf.slack = p.slack;
         pf.grid = p.grid;
         p = std::move(pf);
-        sc = score_of(fc_, got_, allow_, &all_, &p, &*full_spec_, &same_all_);
+        sc = scorer_.score(&all_, &p, &*full_spec_, &same_all_);
         full = true;
       } else {
-        // On a sample, whether the dialect differs from the spec is decided on every row.
-        sc = score_of(fc_, got_, allow_, lay_, &p, &spec_pred_, &same_lay_, {}, !sampled_);
+        // On a sample, whether the dialect differs from the spec is decided on every row. On
+        // every row a variant is kept only if it beats this dialect's best so far: its scoring
+        // stops once it cannot.
+        const double stop_at = !sampled_ && best ? best->score.score : std::numeric_limits<double>::quiet_NaN();
+        sc = scorer_.score(lay_, &p, &spec_pred_, &same_lay_, {}, !sampled_, stop_at);
+        if (sc.partial) continue;  // not below best->score.score: dropped below as well
       }
       // A dialect no output of this case can tell from the spec (the spec itself among them) is
       // not a diagnosis, unless it explains the outputs where the spec does not (told_apart).
@@ -374,7 +391,7 @@ class Ranking {
       if (!e.subset_bound && !bound_cols_->empty() && engine_->subset_bound_ok(e.k)) {
         e.subset_bound = true;
         const Predictions pc = engine_->run(e.k, all_, true, &*bound_cols_);
-        const Score cs = score_of(fc_, got_, allow_, &all_, &pc, &*full_spec_);
+        const Score cs = scorer_.score(&all_, &pc, &*full_spec_);
         if (key(cs.score) > key(e.score.score)) {
           e.score.score = cs.score;
           e.score.worst_output = cs.worst_output;
@@ -384,7 +401,7 @@ class Ranking {
       }
       e.columns_bound = true;
       const Predictions pc = engine_->run(e.k, all_, true);
-      const Score cs = score_of(fc_, got_, allow_, &all_, &pc, &*full_spec_);
+      const Score cs = scorer_.score(&all_, &pc, &*full_spec_);
       e.score.beyond += cs.beyond;
       if (key(cs.score) > key(e.score.score)) {
         e.score.score = cs.score;
@@ -394,10 +411,11 @@ class Ranking {
       return;
     }
     if (!e.pred) e.pred = engine_->run(e.k, all_);
-    e.score = score_of(fc_, got_, allow_, &all_, &*e.pred, &*full_spec_, &same_all_);
+    e.score = scorer_.score(&all_, &*e.pred, &*full_spec_, &same_all_);
     e.full = true;
     if (!told_apart(e.score)) {
       e.gone = true;
+      engine_->recycle(std::move(*e.pred));
       e.pred.reset();
     }
   }
@@ -441,6 +459,7 @@ class Ranking {
   const Outputs& got_;
   const std::map<std::string, OutputAllowance>& allow_;
   const DiagnoseOptions& opt_;
+  Scorer scorer_{fc_, got_, allow_};  // every score of this case, sharing the outputs' tables
   std::optional<Engine<double>> engine_;
   Knobs spec_;
   const ref::Geometry* g_ = nullptr;

@@ -9,20 +9,6 @@
 
 namespace normcheck::conf::diag {
 
-double predicted(double dialect, double spec, double exact, bool wide) {
-  if (std::bit_cast<std::uint64_t>(dialect) == std::bit_cast<std::uint64_t>(spec) ||
-      (std::isnan(dialect) && std::isnan(spec)))
-    return exact;
-  if (std::isfinite(dialect) && std::isfinite(spec) && std::isfinite(exact)) {
-    // Summed in binary64 the prediction errs by half a binary64 ulp, far below the allowance of
-    // any narrower output; float64 outputs (`wide`) take the long double sum.
-    if (!wide) return exact + (dialect - spec);
-    return static_cast<double>(static_cast<Wide>(exact) +
-                               (static_cast<Wide>(dialect) - static_cast<Wide>(spec)));
-  }
-  return dialect;
-}
-
 bool scorable(const ref::Output& exp, const Outputs& got, const std::string& name,
               const std::map<std::string, OutputAllowance>& allow) {
   const auto it = got.find(name);
@@ -32,10 +18,10 @@ bool scorable(const ref::Output& exp, const Outputs& got, const std::string& nam
          at->second.abs.size() == exp.value.data.size();
 }
 
-// The error the checker measures; `expected` (the prediction rounded to the output dtype) only
-// matters to element_error where it is NaN or infinite, so finite in-range predictions skip the
-// rounding.
-double error_against(double got, double p, DType t) {
+// The error the checker measures where got or p is not finite; `expected` (the prediction
+// rounded to the output dtype) only matters to element_error where it is NaN or infinite, so
+// finite in-range predictions skip the rounding.
+double error_against_slow(double got, double p, DType t) {
   if (std::isfinite(got) && std::isfinite(p)) return std::fabs(got - p);  // element_error then is this
   const double expected = std::isfinite(p) && std::fabs(p) <= ref::max_finite(t) ? p : ref::round_to(p, t);
   return element_error(got, p, expected, t);
@@ -48,11 +34,40 @@ double a_abs(const OutputAllowance& a, const ref::Output& exp, std::size_t i, DT
 }
 
 
+const OutputTable* Scorer::table(const std::string& name, const ref::Output& exp) const {
+  auto it = tables_.find(name);
+  if (it == tables_.end()) {
+    std::optional<OutputTable> t;
+    if (scorable(exp, got_, name, allow_)) {
+      t.emplace();
+      t->exp = &exp;
+      t->a = &allow_.at(name);
+      t->got = &got_.at(name).data;
+      t->t = exp.value.dtype;
+      t->al.resize(t->got->size());
+      for (std::size_t i = 0; i < t->al.size(); ++i) t->al[i] = a_abs(*t->a, exp, i, t->t);
+    }
+    it = tables_.emplace(name, std::move(t)).first;
+  }
+  return it->second ? &*it->second : nullptr;
+}
+
 Score score_of(const fix::FixtureCase& fc, const Outputs& got,
                const std::map<std::string, OutputAllowance>& allow, const Layout* lay,
                const Predictions* dialect, const Predictions* spec, SpecScores* same_as_spec,
                const std::string& only, bool need_distinct) {
+  return Scorer(fc, got, allow).score(lay, dialect, spec, same_as_spec, only, need_distinct);
+}
+
+Score Scorer::score(const Layout* lay, const Predictions* dialect, const Predictions* spec,
+                    SpecScores* same_as_spec, const std::string& only, bool need_distinct,
+                    double stop_at) const {
   OutputScore total;
+  auto stopped = [](const OutputScore& o) {
+    Score s = o.s;
+    s.partial = true;
+    return s;
+  };
   auto see = [](OutputScore& acc, double ratio, const std::string& name, std::size_t i) {
     if (ratio > 1) ++acc.s.beyond;
     if (ratio > acc.worst) {
@@ -73,14 +88,17 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
       total.s.worst_index = o.s.worst_index;
     }
   };
-  for (const auto& [name, exp] : fc.expected) {
+  for (const auto& [name, exp] : fc_.expected) {
     if (!only.empty() && name != only) continue;
-    if (!scorable(exp, got, name, allow)) continue;
-    const auto& gv = got.at(name).data;
-    const auto& a = allow.at(name);
-    const DType t = exp.value.dtype;
+    const OutputTable* tb = table(name, exp);
+    if (!tb) continue;
+    const double* gv = tb->got->data();
+    const double* al = tb->al.data();
+    const double* f64 = exp.f64.data();
+    const OutputAllowance& a = *tb->a;
+    const DType t = tb->t;
     auto ratio_at = [&](std::size_t i, double p) {
-      const double allowance = a_abs(a, exp, i, t);
+      const double allowance = al[i];
       if (std::isnan(allowance)) return -1.0;
       const double g = gv[i];
       const double err = std::isnan(g) && a.nan_ok[i] ? 0.0 : error_against(g, p, t);
@@ -88,7 +106,8 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
     };
     OutputScore acc;
     if (!dialect) {
-      for (std::size_t i = 0; i < gv.size(); ++i) see(acc, ratio_at(i, exp.f64[i]), name, i);
+      const std::size_t n = tb->got->size();
+      for (std::size_t i = 0; i < n; ++i) see(acc, ratio_at(i, f64[i]), name, i);
       merge(acc);
       continue;
     }
@@ -105,64 +124,92 @@ Score score_of(const fix::FixtureCase& fc, const Outputs& got,
       const auto it = same_as_spec->find(name);
       if (it != same_as_spec->end()) {
         merge(it->second);
+        if (total.worst >= stop_at) return stopped(total);
         continue;
       }
     }
     if (gr != dialect->grid.end()) acc.s.distinct = true;  // an interval prediction
+    const bool has_slack = sl != dialect->slack.end();
+    const bool wide = t == DType::float64;
+    const double* dv = di->second.data();
+    const double* sv = si->second.data();
+    if (!has_slack) {
+      // The common case, without intervals: until some element tells the dialect apart, the
+      // test of distinctness; then the ratios alone.
+      std::size_t ci = 0;
+      const std::size_t n = flat.size();
+      for (; ci < n && need_distinct && !(total.s.distinct || acc.s.distinct); ++ci) {
+        const std::size_t i = flat[ci];
+        const double p = predicted(dv[ci], sv[ci], f64[i], wide);
+        if (!(std::fabs(p - f64[i]) <= kSameWithin * a.abs[i]) && !std::isnan(a.abs[i])) {
+          const double rp = ref::round_to(p, t), re = ref::round_to(f64[i], t);
+          acc.s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
+        }
+        see(acc, ratio_at(i, p), name, i);
+        if (acc.worst >= stop_at) return stopped(acc);
+      }
+      for (; ci < n; ++ci) {
+        const std::size_t i = flat[ci];
+        see(acc, ratio_at(i, predicted(dv[ci], sv[ci], f64[i], wide)), name, i);
+        if (acc.worst >= stop_at) return stopped(acc);
+      }
+      if (identical) same_as_spec->emplace(name, acc);
+      merge(acc);
+      continue;
+    }
     for (std::size_t ci = 0; ci < flat.size(); ++ci) {
       const std::size_t i = flat[ci];
-      const double p = predicted(di->second[ci], si->second[ci], exp.f64[i], t == DType::float64);
-      const bool has_slack = sl != dialect->slack.end();
-      if (has_slack && gr == dialect->grid.end() && std::isinf(sl->second[ci])) {  // no prediction
+      const double p = predicted(dv[ci], sv[ci], f64[i], wide);
+      if (gr == dialect->grid.end() && std::isinf(sl->second[ci])) {  // no prediction
         ++acc.s.unpredicted;
         continue;
       }
       if (need_distinct && !(total.s.distinct || acc.s.distinct) &&
-          !(std::fabs(p - exp.f64[i]) <= kSameWithin * a.abs[i]) &&
+          !(std::fabs(p - f64[i]) <= kSameWithin * a.abs[i]) &&
           !std::isnan(a.abs[i])) {
-        const double rp = ref::round_to(p, t), re = ref::round_to(exp.f64[i], t);
+        const double rp = ref::round_to(p, t), re = ref::round_to(f64[i], t);
         acc.s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
       }
-      if (has_slack && gr != dialect->grid.end() && std::isfinite(gv[i])) {
+      if (gr != dialect->grid.end() && std::isfinite(gv[i])) {
         // An interval prediction: the values of the grid within the slack of p. The error is
         // the distance from got to that set: at least its distance to the grid.
-        const double al = a_abs(a, exp, i, t);
-        if (std::isnan(al)) continue;
+        const double alw = al[i];
+        if (std::isnan(alw)) continue;
         const double off_grid = std::fabs(gv[i] - ref::round_to(gv[i], gr->second));
         const double err = std::max({0.0, std::fabs(gv[i] - p) - sl->second[ci], off_grid});
-        see(acc, err == 0 ? 0.0 : (al > 0 ? err / al : kInf), name, i);
+        see(acc, err == 0 ? 0.0 : (alw > 0 ? err / alw : kInf), name, i);
         continue;
       }
       see(acc, ratio_at(i, p), name, i);
     }
     if (identical) same_as_spec->emplace(name, acc);
     merge(acc);
+    if (total.worst >= stop_at) return stopped(total);
   }
   return total.s;
 }
 
-std::vector<double> spec_row_ratios(const fix::FixtureCase& fc, const Outputs& got,
-                                    const std::map<std::string, OutputAllowance>& allow,
-                                    const ref::Geometry& g, const Layout& all, double* spec_max,
-                                    double* spec_others) {
+std::vector<double> Scorer::spec_row_ratios(const ref::Geometry& g, const Layout& all, double* spec_max,
+                                            double* spec_others) const {
   std::vector<double> r(static_cast<std::size_t>(g.rows), 0.0);
   double others = 0;  // outputs not per row (column sums): their largest ratio
-  for (const auto& [name, exp] : fc.expected) {
-    if (!scorable(exp, got, name, allow)) continue;
+  for (const auto& [name, exp] : fc_.expected) {
+    const OutputTable* tb = table(name, exp);
+    if (!tb) continue;
     const auto fi = all.flat.find(name);
     const std::size_t cols_all = static_cast<std::size_t>(g.cols);
     const bool per_row = fi != all.flat.end() && fi->second.size() == r.size() && (name == "mean" || name == "rstd");
     if (fi == all.flat.end() || (!per_row && fi->second.size() != r.size() * cols_all)) {
-      others = std::max(others, score_of(fc, got, allow, nullptr, nullptr, nullptr, nullptr, name).score);
+      others = std::max(others, score(nullptr, nullptr, nullptr, nullptr, name).score);
       continue;
     }
     const auto& flat = fi->second;
     const std::size_t cols = per_row ? 1 : cols_all;
-    const auto& gv = got.at(name).data;
-    const auto& a = allow.at(name);
+    const auto& gv = *tb->got;
+    const auto& a = *tb->a;
     for (std::size_t ci = 0; ci < flat.size(); ++ci) {
       const std::size_t i = flat[ci];
-      const double al = a_abs(a, exp, i, exp.value.dtype);
+      const double al = tb->al[i];
       if (std::isnan(al)) continue;
       const double g0 = gv[i];
       const double err = std::isnan(g0) && a.nan_ok[i] ? 0.0 : error_against(g0, exp.f64[i], exp.value.dtype);
