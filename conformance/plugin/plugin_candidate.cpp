@@ -200,8 +200,65 @@ class HostTensor {
   }
   ref::Tensor to_tensor() {
     ref::Tensor t{dtype_, shape_, std::vector<double>(static_cast<std::size_t>(numel_))};
+    if (dense_ && dtype_ == ref::DType::float32) {  // load_native's value, without a call per element
+      const std::byte* p = data_.get();
+      for (std::int64_t i = 0; i < numel_; ++i) {
+        float f;
+        std::memcpy(&f, p + 4 * i, 4);
+        t.data[static_cast<std::size_t>(i)] = f;
+      }
+      return t;
+    }
+    if (dense_ && dtype_ == ref::DType::float64) {
+      std::memcpy(t.data.data(), data_.get(), 8 * static_cast<std::size_t>(numel_));
+      return t;
+    }
     for (std::int64_t i = 0; i < numel_; ++i) t.data[static_cast<std::size_t>(i)] = ref::load_native(at(i), dtype_);
     return t;
+  }
+  // Stores the values of `v` (one per element, row-major), each of which must be a value of the
+  // dtype (else CaseError naming `what`): store_native of each, float32 and float64 values of a
+  // dense tensor without a call per element (a NaN takes store_native's canonical bits).
+  void store_all(const std::vector<double>& v, const std::string& what) {
+    auto general = [&](std::int64_t i) {
+      const double x = v[static_cast<std::size_t>(i)];
+      if (!ref::representable(x, dtype_))
+        throw ref::CaseError(what, fmt::format("{} is not a {} value", x, ref::name_of(dtype_)));
+      ref::store_native(x, dtype_, at(i));
+    };
+    if (dense_ && dtype_ == ref::DType::float32) {
+      std::byte* p = data_.get();
+      for (std::int64_t i = 0; i < numel_; ++i) {
+        const double x = v[static_cast<std::size_t>(i)];
+        const float f = static_cast<float>(x);
+        if (!(static_cast<double>(f) == x)) {  // NaN, or not a float32 value
+          general(i);
+          continue;
+        }
+        std::memcpy(p + 4 * i, &f, 4);
+      }
+      return;
+    }
+    if (dense_ && dtype_ == ref::DType::float64) {
+      std::byte* p = data_.get();
+      for (std::int64_t i = 0; i < numel_; ++i) {
+        const double x = v[static_cast<std::size_t>(i)];
+        if (std::isnan(x)) {
+          general(i);
+          continue;
+        }
+        std::memcpy(p + 8 * i, &x, 8);
+      }
+      return;
+    }
+    for (std::int64_t i = 0; i < numel_; ++i) general(i);
+  }
+  // Every element set to `v` (a value of the dtype, or NaN): its storage computed once.
+  void fill(double v) {
+    const std::size_t size = ref::storage_bytes(dtype_);
+    unsigned char bytes[8];
+    ref::store_native(v, dtype_, bytes);
+    for (std::int64_t i = 0; i < numel_; ++i) std::memcpy(at(i), bytes, size);
   }
 
  private:
@@ -597,12 +654,7 @@ Outputs PluginCandidate::run(const ref::Case& c) {
     if (static_cast<std::size_t>(b.numel()) != t.data.size())
       throw ref::CaseError("inputs/" + name, fmt::format("holds {} values for a shape of {} elements",
                                                          t.data.size(), b.numel()));
-    for (std::int64_t i = 0; i < b.numel(); ++i) {
-      const double v = t.data[static_cast<std::size_t>(i)];
-      if (!ref::representable(v, t.dtype))
-        throw ref::CaseError("inputs/" + name, fmt::format("{} is not a {} value", v, ref::name_of(t.dtype)));
-      ref::store_native(v, t.dtype, b.at(i));
-    }
+    b.store_all(t.data, "inputs/" + name);
     inputs.push_back({name.c_str(), b.view(), 0});
   }
 
@@ -625,7 +677,7 @@ Outputs PluginCandidate::run(const ref::Case& c) {
     // The sentinel: an element the candidate never writes stays NaN and cannot pass (or holds
     // the second pattern set by set_output_sentinel, rounded to the output's dtype).
     const double fill = std::isnan(sentinel_) ? sentinel_ : ref::round_to(sentinel_, spec.dtype);
-    for (std::int64_t i = 0; i < b.numel(); ++i) ref::store_native(fill, spec.dtype, b.at(i));
+    b.fill(fill);
     outputs.push_back({name.c_str(), b.view(), 0});
   }
   const std::vector<nc_named_tensor> given = outputs;  // what the plugin must leave as it is

@@ -178,7 +178,34 @@ void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bo
     return t == ref::DType::float64 ? v[i] : ref::round_to(v[i], t);
   };
   const std::size_t size = ref::storage_bytes(t);
-  for (std::size_t i = 0; i < n; ++i) store_le(ref::storage_bits(value(i), t), size, out + size * i);
+  auto general = [&](std::size_t i) { store_le(ref::storage_bits(value(i), t), size, out + size * i); };
+  if constexpr (std::endian::native == std::endian::little) {
+    // float32 and float64 values that are exact in their dtype (every input and output is) are
+    // stored as they are; anything else (NaN, a value to round) takes the general path. A
+    // conversion of an exact value does not depend on the floating-point mode.
+    if (t == ref::DType::float64) {
+      for (std::size_t i = 0; i < n; ++i) {
+        if (std::isnan(v[i])) {
+          general(i);
+          continue;
+        }
+        std::memcpy(out + 8 * i, &v[i], 8);
+      }
+      return;
+    }
+    if (t == ref::DType::float32) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float f = static_cast<float>(v[i]);
+        if (!(static_cast<double>(f) == v[i])) {  // not a float32 value, or NaN
+          general(i);
+          continue;
+        }
+        std::memcpy(out + 4 * i, &f, 4);
+      }
+      return;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) general(i);
 }
 
 ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes) {
@@ -193,6 +220,21 @@ ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes) {
     return t;
   }
   const std::size_t size = ref::storage_bytes(e.dtype);
+  if constexpr (std::endian::native == std::endian::little) {
+    // As from_storage_bits reads them, without a call per element.
+    if (e.dtype == ref::DType::float64) {
+      std::memcpy(t.data.data(), bytes, 8 * n);
+      return t;
+    }
+    if (e.dtype == ref::DType::float32) {
+      for (std::size_t i = 0; i < n; ++i) {
+        float f;
+        std::memcpy(&f, bytes + 4 * i, 4);
+        t.data[i] = f;
+      }
+      return t;
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) t.data[i] = ref::from_storage_bits(load_le(bytes + size * i, size), e.dtype);
   return t;
 }
