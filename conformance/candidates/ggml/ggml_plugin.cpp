@@ -418,6 +418,8 @@ std::string recorded_finding(const ggml_tensor* node) {
   if (node->op == GGML_OP_RMS_NORM && !dense_ne0(a)) return "RMS_NORM of a permuted view is wrong (#ggml-supports-op)";
   if (node->op == GGML_OP_RMS_NORM && ggml_nrows(a) > 65535)
     return "RMS_NORM of more than 65535 rows aborts on lavapipe (#ggml-vulkan-rms-norm-rows)";
+  if (node->op == GGML_OP_SCALE)  // alpha != 1
+    return "SCALE turns -0 into +0 (x * s + 0), so residual_out's sign of zero differs (#ggml-vulkan-scale-negative-zero)";
   if (node->op == GGML_OP_RMS_NORM_BACK && (!ggml_is_contiguous(a) || !ggml_is_contiguous(b)))
     return "RMS_NORM_BACK of a view is wrong (#ggml-supports-op)";
   return {};
