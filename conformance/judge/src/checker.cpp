@@ -97,19 +97,6 @@ void probe_rstd(OutputResult& o, std::int64_t cols, double eps, const ref::Outpu
 
 }  // namespace
 
-void ErrorHistogram::add(double v) {
-  if (v == 0) {
-    ++zero;
-  } else if (!std::isfinite(v)) {
-    ++inf;
-  } else {
-    // The binary exponent read from the bits (v > 0) rather than a libm call per element.
-    // Subnormals read as -1023 and land in bins[0] like every value below 2^kHistLog2Min.
-    const int e = static_cast<int>((std::bit_cast<std::uint64_t>(v) >> 52) & 0x7ff) - 1023;
-    const int k = std::clamp(e - kHistLog2Min, 0, kHistBins - 1);
-    ++bins[static_cast<std::size_t>(k)];
-  }
-}
 
 bool diagnosable(const CaseResult& r) {
   if (r.verdict != Verdict::failed) return false;

@@ -42,20 +42,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 }  // namespace
 
-double ulp_of(double v, DType t) {
-  const auto f = ref::format_of(t);
-  std::uint64_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  // The binade from the exponent field (binary64 subnormals are far below every min_exp here).
-  int e = static_cast<int>((bits >> 52) & 0x7ff);
-  e = e == 0x7ff ? f.max_exp : std::max(e - 1023, f.min_exp);
-  const int q = e - f.precision + 1;  // >= -1074 for every format here: a normal binary64 or 2^-1074
-  if (q < -1022) return std::ldexp(1.0, q);
-  const std::uint64_t r = static_cast<std::uint64_t>(q + 1023) << 52;
-  double out;
-  std::memcpy(&out, &r, sizeof out);
-  return out;
-}
 
 
 namespace tol {

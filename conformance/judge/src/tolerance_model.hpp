@@ -381,7 +381,8 @@ class Model {
     m.h_overflow.assign(n, 0);
     bool any_h_overflow = false;
     double h_terms = 0;
-    std::vector<double> e_h(n);
+    // overflows(acc, terms) for the terms of h, its factor taken once per row.
+    const double h_factor = overflow_factor(r_ ? 3 : 1), max_compute = ref::max_finite(c_.dtype_compute);
     // 3.1 h and its error (fused residual: up to three roundings, plus conversions).
     for (std::int64_t j = 0; j < n; ++j) {
       const std::int64_t k = base + g_.col_delta[j];
@@ -416,7 +417,7 @@ class Model {
       // property tests: 2 x = -105984 in float16 compute gives residual_out = -inf).
       const double terms = r_ ? std::fabs(c_.alpha * x) + std::fabs(value(r_, k)) + (rb_ ? std::fabs(value(rb_, j)) : 0.0)
                               : std::fabs(x);
-      if (std::isfinite(terms) && overflows(terms + e, r_ ? 3 : 1)) {
+      if (std::isfinite(terms) && overflows_by(terms + e, h_factor, max_compute)) {
         m.h_overflow[j] = 1;
         any_h_overflow = true;
         h_terms = std::max(h_terms, terms + e);
@@ -428,13 +429,12 @@ class Model {
       if (!std::isfinite(h)) m.finite = false;
       m.h[j] = h;
       m.e_h_post[j] = e;
-      e_h[j] = e;
     }
     if (!m.finite) {
       m.trusted = true;
       return;
     }
-    stats(m, e_h);
+    stats(m, m.e_h_post);  // stats reads e_h and writes other fields of m
     if (any_h_overflow) {  // the row's h, and so its statistics, may be infinite in a kernel
       m.overflow = m.overflow_mean = true;
       m.trusted = false;
@@ -624,14 +624,21 @@ class Model {
   // the compute dtype's largest finite value in a correct kernel (each partial sum within
   // gamma(terms) of its exact value).
   bool overflows(double acc, std::int64_t terms) const {
+    return overflows_by(acc, overflow_factor(terms), ref::max_finite(c_.dtype_compute));
+  }
+  // Where gamma is unbounded (terms u >= 1/2, float16 rows of 1022 and more) the row is
+  // untrusted by the first rule already (its mean and variance bounds are infinite); only a sum
+  // whose value itself reaches the limit is called an overflow there.
+  double overflow_factor(std::int64_t terms) const {
+    const double g = cp_.gam(static_cast<double>(terms));
+    return std::isfinite(g) ? 1 + g : 1.0;
+  }
+  // overflows() with its factor and the largest finite value given (taken once for many sums).
+  static bool overflows_by(double acc, double factor, double max_finite) {
     // A non-finite bound comes from an infinite error bound upstream: that row is untrusted by
     // the first rule already, and nothing is known about its sums.
     if (acc == 0 || !std::isfinite(acc)) return false;
-    // Where gamma is unbounded (terms u >= 1/2, float16 rows of 1022 and more) the row is
-    // untrusted by the first rule already (its mean and variance bounds are infinite); only a sum
-    // whose value itself reaches the limit is called an overflow there.
-    const double g = cp_.gam(static_cast<double>(terms));
-    return !(acc * (std::isfinite(g) ? 1 + g : 1.0) < ref::max_finite(c_.dtype_compute));
+    return !(acc * factor < max_finite);
   }
   // overflows(), and when it holds, the sum noted in `worst` for the MISTRUSTED reason.
   bool may_overflow(double acc, std::int64_t terms, Worst& worst) const {

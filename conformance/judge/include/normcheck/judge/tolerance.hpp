@@ -4,7 +4,10 @@
 // derives each bound; the constants live in one table, kBounds, in tolerance.cpp.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
@@ -98,6 +101,20 @@ std::map<std::string, OutputAllowance> derive_allowances(const ref::Case& c, con
                                                          const StatsAllReduce& ar);
 
 // Spacing of the dtype's values at |v| (the ulp of v's binade; subnormal spacing below it).
-double ulp_of(double v, ref::DType t);
+// Inline: the checker and the allowances take it for every element.
+inline double ulp_of(double v, ref::DType t) {
+  const auto f = ref::format_of(t);
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  // The binade from the exponent field (binary64 subnormals are far below every min_exp here).
+  int e = static_cast<int>((bits >> 52) & 0x7ff);
+  e = e == 0x7ff ? f.max_exp : std::max(e - 1023, f.min_exp);
+  const int q = e - f.precision + 1;  // >= -1074 for every format here: a normal binary64 or 2^-1074
+  if (q < -1022) return std::ldexp(1.0, q);
+  const std::uint64_t r = static_cast<std::uint64_t>(q + 1023) << 52;
+  double out;
+  std::memcpy(&out, &r, sizeof out);
+  return out;
+}
 
 }  // namespace normcheck::conf
