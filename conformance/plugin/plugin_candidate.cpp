@@ -200,25 +200,16 @@ class HostTensor {
   }
   ref::Tensor to_tensor() {
     ref::Tensor t{dtype_, shape_, std::vector<double>(static_cast<std::size_t>(numel_))};
-    if (dense_ && dtype_ == ref::DType::float32) {  // load_native's value, without a call per element
-      const std::byte* p = data_.get();
-      for (std::int64_t i = 0; i < numel_; ++i) {
-        float f;
-        std::memcpy(&f, p + 4 * i, 4);
-        t.data[static_cast<std::size_t>(i)] = f;
-      }
-      return t;
-    }
-    if (dense_ && dtype_ == ref::DType::float64) {
-      std::memcpy(t.data.data(), data_.get(), 8 * static_cast<std::size_t>(numel_));
+    if (dense_) {
+      ref::load_native_array(reinterpret_cast<const unsigned char*>(data_.get()), t.data.size(), dtype_, t.data.data());
       return t;
     }
     for (std::int64_t i = 0; i < numel_; ++i) t.data[static_cast<std::size_t>(i)] = ref::load_native(at(i), dtype_);
     return t;
   }
   // Stores the values of `v` (one per element, row-major), each of which must be a value of the
-  // dtype (else CaseError naming `what`): store_native of each, float32 and float64 values of a
-  // dense tensor without a call per element (a NaN takes store_native's canonical bits).
+  // dtype (else CaseError naming `what`): store_native of each (ref::store_native_array where
+  // the tensor is dense).
   void store_all(const std::vector<double>& v, const std::string& what) {
     auto general = [&](std::int64_t i) {
       const double x = v[static_cast<std::size_t>(i)];
@@ -226,29 +217,9 @@ class HostTensor {
         throw ref::CaseError(what, fmt::format("{} is not a {} value", x, ref::name_of(dtype_)));
       ref::store_native(x, dtype_, at(i));
     };
-    if (dense_ && dtype_ == ref::DType::float32) {
-      std::byte* p = data_.get();
-      for (std::int64_t i = 0; i < numel_; ++i) {
-        const double x = v[static_cast<std::size_t>(i)];
-        const float f = static_cast<float>(x);
-        if (!(static_cast<double>(f) == x)) {  // NaN, or not a float32 value
-          general(i);
-          continue;
-        }
-        std::memcpy(p + 4 * i, &f, 4);
-      }
-      return;
-    }
-    if (dense_ && dtype_ == ref::DType::float64) {
-      std::byte* p = data_.get();
-      for (std::int64_t i = 0; i < numel_; ++i) {
-        const double x = v[static_cast<std::size_t>(i)];
-        if (std::isnan(x)) {
-          general(i);
-          continue;
-        }
-        std::memcpy(p + 8 * i, &x, 8);
-      }
+    if (dense_) {
+      ref::store_native_array(v.data(), v.size(), dtype_, reinterpret_cast<unsigned char*>(data_.get()),
+                              [&](std::size_t i) { general(static_cast<std::int64_t>(i)); });
       return;
     }
     for (std::int64_t i = 0; i < numel_; ++i) general(i);

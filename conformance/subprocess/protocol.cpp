@@ -179,31 +179,11 @@ void encode(const double* v, std::size_t n, ref::DType t, unsigned char* out, bo
   };
   const std::size_t size = ref::storage_bytes(t);
   auto general = [&](std::size_t i) { store_le(ref::storage_bits(value(i), t), size, out + size * i); };
+  // The wire is little-endian: on such a host, the machine's order (exact float32/float64 values
+  // in one loop; anything else, NaN or a value to round, through the general path).
   if constexpr (std::endian::native == std::endian::little) {
-    // float32 and float64 values that are exact in their dtype (every input and output is) are
-    // stored as they are; anything else (NaN, a value to round) takes the general path. A
-    // conversion of an exact value does not depend on the floating-point mode.
-    if (t == ref::DType::float64) {
-      for (std::size_t i = 0; i < n; ++i) {
-        if (std::isnan(v[i])) {
-          general(i);
-          continue;
-        }
-        std::memcpy(out + 8 * i, &v[i], 8);
-      }
-      return;
-    }
-    if (t == ref::DType::float32) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const float f = static_cast<float>(v[i]);
-        if (!(static_cast<double>(f) == v[i])) {  // not a float32 value, or NaN
-          general(i);
-          continue;
-        }
-        std::memcpy(out + 4 * i, &f, 4);
-      }
-      return;
-    }
+    ref::store_native_array(v, n, t, out, general);
+    return;
   }
   for (std::size_t i = 0; i < n; ++i) general(i);
 }
@@ -221,19 +201,8 @@ ref::Tensor decode(const TensorEntry& e, const unsigned char* bytes) {
   }
   const std::size_t size = ref::storage_bytes(e.dtype);
   if constexpr (std::endian::native == std::endian::little) {
-    // As from_storage_bits reads them, without a call per element.
-    if (e.dtype == ref::DType::float64) {
-      std::memcpy(t.data.data(), bytes, 8 * n);
-      return t;
-    }
-    if (e.dtype == ref::DType::float32) {
-      for (std::size_t i = 0; i < n; ++i) {
-        float f;
-        std::memcpy(&f, bytes + 4 * i, 4);
-        t.data[i] = f;
-      }
-      return t;
-    }
+    ref::load_native_array(bytes, n, e.dtype, t.data.data());
+    return t;
   }
   for (std::size_t i = 0; i < n; ++i) t.data[i] = ref::from_storage_bits(load_le(bytes + size * i, size), e.dtype);
   return t;

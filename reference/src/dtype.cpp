@@ -194,6 +194,22 @@ void store_native(double v, DType t, void* out) {
   }
 }
 
+void load_native_array(const unsigned char* in, std::size_t n, DType t, double* out) {
+  if (t == DType::float64) {
+    std::memcpy(out, in, 8 * n);
+    return;
+  }
+  if (t == DType::float32) {
+    for (std::size_t i = 0; i < n; ++i) {
+      float f;
+      std::memcpy(&f, in + 4 * i, 4);
+      out[i] = f;
+    }
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = load_native(in + storage_bytes(t) * i, t);
+}
+
 double load_native(const void* in, DType t) {
   switch (storage_bytes(t)) {
     case 8: {

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -80,6 +81,29 @@ double from_storage_bits(std::uint64_t bits, DType t);
 // The same in memory, in the machine's byte order (as a double, float or uint16_t lies there).
 void store_native(double v, DType t, void* out);
 double load_native(const void* in, DType t);
+// Arrays of n values, dense, in the machine's byte order: store_native / load_native of each,
+// float32 and float64 without a call per element (the transports move millions of them). An
+// element that is not exactly a value of float32/float64 (NaN included) is left to `other(i)`,
+// which stores it (and may check it); 16-bit dtypes go to `other` for every element.
+template <class Other>
+void store_native_array(const double* v, std::size_t n, DType t, unsigned char* out, Other&& other) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (t == DType::float64 && v[i] == v[i]) {
+      std::memcpy(out + 8 * i, &v[i], 8);
+      continue;
+    }
+    if (t == DType::float32) {
+      const float f = static_cast<float>(v[i]);  // exact where it compares equal: no mode applies
+      if (static_cast<double>(f) == v[i]) {
+        std::memcpy(out + 4 * i, &f, 4);
+        continue;
+      }
+    }
+    other(i);
+  }
+}
+// load_native of n dense elements into out[0..n).
+void load_native_array(const unsigned char* in, std::size_t n, DType t, double* out);
 
 // Hex-float text of a binary64 value ("0x1.8p+0"; "nan", "inf", "-inf"), and the shortest
 // decimal text that reads back to the same value of dtype `t`.
