@@ -104,6 +104,13 @@ Score Scorer::score(const Layout* lay, const Predictions* dialect, const Predict
       const double err = std::isnan(g) && a.nan_ok[i] ? 0.0 : error_against(g, p, t);
       return err == 0 ? 0.0 : (allowance > 0 ? err / allowance : kInf);
     };
+    // Whether prediction p of element i differs from the certified value by more than the
+    // outputs resolve (kSameWithin allowance, and a different value of the dtype).
+    auto tells_apart = [&](std::size_t i, double p) {
+      if (std::fabs(p - f64[i]) <= kSameWithin * a.abs[i] || std::isnan(a.abs[i])) return false;
+      const double rp = ref::round_to(p, t), re = ref::round_to(f64[i], t);
+      return !(rp == re || (std::isnan(rp) && std::isnan(re)));
+    };
     OutputScore acc;
     if (!dialect) {
       const std::size_t n = tb->got->size();
@@ -141,10 +148,7 @@ Score Scorer::score(const Layout* lay, const Predictions* dialect, const Predict
       for (; ci < n && need_distinct && !(total.s.distinct || acc.s.distinct); ++ci) {
         const std::size_t i = flat[ci];
         const double p = predicted(dv[ci], sv[ci], f64[i], wide);
-        if (!(std::fabs(p - f64[i]) <= kSameWithin * a.abs[i]) && !std::isnan(a.abs[i])) {
-          const double rp = ref::round_to(p, t), re = ref::round_to(f64[i], t);
-          acc.s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
-        }
+        if (tells_apart(i, p)) acc.s.distinct = true;
         see(acc, ratio_at(i, p), name, i);
         if (acc.worst >= stop_at) return stopped(acc);
       }
@@ -164,12 +168,7 @@ Score Scorer::score(const Layout* lay, const Predictions* dialect, const Predict
         ++acc.s.unpredicted;
         continue;
       }
-      if (need_distinct && !(total.s.distinct || acc.s.distinct) &&
-          !(std::fabs(p - f64[i]) <= kSameWithin * a.abs[i]) &&
-          !std::isnan(a.abs[i])) {
-        const double rp = ref::round_to(p, t), re = ref::round_to(f64[i], t);
-        acc.s.distinct = !(rp == re || (std::isnan(rp) && std::isnan(re)));
-      }
+      if (need_distinct && !(total.s.distinct || acc.s.distinct) && tells_apart(i, p)) acc.s.distinct = true;
       if (gr != dialect->grid.end() && std::isfinite(gv[i])) {
         // An interval prediction: the values of the grid within the slack of p. The error is
         // the distance from got to that set: at least its distance to the grid.
