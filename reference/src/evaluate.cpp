@@ -321,9 +321,10 @@ class Evaluator {
     if (!simple_h_) r.scan = detail::scan_row(r.h.data(), g_.cols);
     detail::row_sums(r.h.data(), g_.cols, r.scan, c_.op == Op::layernorm, sum_, sumsq_, r.zs.backend().data(), r.es,
                      r.zq.backend().data(), r.eq);
-    // Backward works with the exact rationals (ensure_exact) only; the forward pass needs the
-    // double-double mean and rstd (and the q = 0 test that comes with them).
-    if (c_.direction == Direction::forward) approximate_stats(r);
+    // The double-double mean and rstd (and the q = 0 test that comes with them), for the
+    // forward pass and the backward fast path; without the fast path backward works with the
+    // exact rationals (ensure_exact) only.
+    if (c_.direction == Direction::forward || opt_.fast_path) approximate_stats(r);
     else r.mu_a = r.r_a = detail::invalid();
   }
 
@@ -361,9 +362,12 @@ class Evaluator {
   // addition at 256 bits (no cancellation is left: both terms are >= 0).
   void approximate_stats(Row& r) {
     const long n = static_cast<long>(g_.cols);
-    detail::Real num(64), t(256), qv(256), rv(192);
+    // The MPFR and GMP temporaries live as long as the evaluator (a row of a few elements
+    // otherwise spends most of its time allocating them).
+    StatScratch& s = scratch_;
+    detail::Real &num = s.num, &t = s.t, &qv = s.qv, &rv = s.rv;
     // numerator N*zq*2^eq - zs^2*2^(2es), formed exactly at a common exponent.
-    detail::Integer a, b;
+    detail::Integer &a = s.a, &b = s.b;
     long e_common = 0;
     if (c_.op == Op::layernorm) {
       const long e2 = 2 * r.es;
@@ -390,22 +394,23 @@ class Evaluator {
       return;
     }
     mpfr_rec_sqrt(rv.get(), qv.get(), MPFR_RNDN);
-    r.r_a = split(rv.get());
+    r.r_a = split(rv.get(), s.rest);
     if (c_.op == Op::layernorm) {
       mpfr_set_prec(t.get(), 256);
       mpfr_set_z_2exp(t.get(), r.zs.backend().data(), r.es, MPFR_RNDN);
       mpfr_div_si(t.get(), t.get(), n, MPFR_RNDN);
-      r.mu_a = split(t.get());
+      r.mu_a = split(t.get(), s.rest);
     } else {
       r.mu_a = Approx{};
     }
   }
 
   // hi + lo from a value known to 2^-190 relative: |exact - (hi + lo)| <= 2^-104 |hi|.
-  static Approx split(mpfr_srcptr v) {
+  // `rest` is scratch space.
+  static Approx split(mpfr_srcptr v, detail::Real& rest) {
     if (mpfr_zero_p(v)) return Approx{};
     const double hi = mpfr_get_d(v, MPFR_RNDN);
-    detail::Real rest(static_cast<int>(mpfr_get_prec(v)));
+    mpfr_set_prec(rest.get(), mpfr_get_prec(v));
     mpfr_sub_d(rest.get(), v, hi, MPFR_RNDN);
     const double lo = mpfr_get_d(rest.get(), MPFR_RNDN);
     if (!std::isfinite(hi) || !detail::in_safe_range(hi)) return detail::invalid();
@@ -721,10 +726,17 @@ class Evaluator {
   // since xhat*mean(g*xhat) = d * rstd^2 * mean(g*d) and rstd^2 = 1/q is rational. So every
   // per-element gradient is an exact rational times rstd, and column sums are sums of such
   // products, grouped by equal q so that identical rows combine exactly.
+  //
+  // The fast path (opt_.fast_path, a row whose h are binary64 values in the fast domain): g, d,
+  // the row's sums mean(g) and c and every K in double-double with propagated bounds
+  // (ddouble.hpp), from the double-double mean and rstd of approximate_stats(); each dx and
+  // dresidual element is decided from its Approx (the same test as the forward pass), and an
+  // element the bound leaves open is evaluated exactly as below. The column sums are
+  // accumulated the same way and decided at the end; a column left open (or every column, once
+  // a row could not be approximated) is summed exactly in a second pass over the rows.
   struct ColumnSum {
     Rational rational_part;
     std::map<Rational, Rational> by_q;  // q -> coefficient of 1/sqrt(q)
-    bool nan = false;
   };
 
   void add_term(ColumnSum& s, const Row& r, const Rational& coef) {
@@ -732,24 +744,86 @@ class Evaluator {
     else s.by_q[r.q] += coef;
   }
 
+  // The exact terms of a finite row's gradient: g and d per element, mean(g) and c.
+  struct ExactTerms {
+    std::vector<Rational> dy, gq, d;
+    Rational gbar, c;
+  };
+
+  void exact_terms(Row& r, std::int64_t row, ExactTerms& e) {
+    ensure_exact(r);
+    const auto n = g_.cols;
+    e.dy.resize(n);
+    e.gq.resize(n);
+    e.d.resize(n);
+    Rational gsum, gdsum;
+    for (std::int64_t col = 0; col < n; ++col) {
+      e.dy[col] = detail::exact(dy_->data[off(row, col)]);
+      e.gq[col] = w_ ? e.dy[col] * (detail::exact(c_.weight_offset) + detail::exact(w_->data[col])) : e.dy[col];
+      e.d[col] = r.h_exact(col);
+      if (c_.op == Op::layernorm) e.d[col] -= r.mu;
+      gsum += e.gq[col];
+      gdsum += e.gq[col] * e.d[col];
+    }
+    e.gbar = gsum / n_;
+    e.c = gdsum / n_ / r.q;
+  }
+
+  Rational exact_k(const ExactTerms& e, std::int64_t col) const {
+    Rational k = e.gq[col] - e.d[col] * e.c;
+    if (c_.op == Op::layernorm) k -= e.gbar;
+    return k;
+  }
+
+  // Stores the correct roundings of the value `a` encloses, if its bound decides them.
+  bool decide_into(Output& o, std::int64_t i, const Approx& a) {
+    double out, out64;
+    if (!detail::decide(a, o.value.dtype, out) || !detail::decide(a, DType::float64, out64)) return false;
+    o.value.data[i] = out;
+    o.f64[i] = out64;
+    o.certified[i] = 1;
+    ++fast_;
+    return true;
+  }
+
+  // A finite row whose h and statistics have double-double forms.
+  bool fast_row(const Row& r) const {
+    return opt_.fast_path && r.all_double && r.r_a.valid() && (c_.op == Op::rmsnorm || r.mu_a.valid());
+  }
+
   void backward(Result& res) {
     Output dx = output_of("dx");
     Output dres = output_of("dresidual");
     const bool ln = c_.op == Op::layernorm;
-    std::vector<ColumnSum> dweight(w_ ? g_.cols : 0), dresb(rb_ ? g_.cols : 0);
-    std::vector<Rational> dbias(b_ ? g_.cols : 0);
-    std::vector<char> dbias_nan(b_ ? g_.cols : 0, 0);
-    std::vector<double> dbias_ieee(b_ ? g_.cols : 0, 0.0);
+    const auto n = g_.cols;
+    // Column sums: double-double accumulators, and which columns are NaN.
+    std::vector<Approx> dweight(w_ ? n : 0), dresb(rb_ ? n : 0), dbias(b_ ? n : 0);
+    bool sums_fast = opt_.fast_path;  // false once a row was evaluated exactly
+    bool columns_nan = false;         // a non-finite row makes every dweight/dresidual_bias NaN
+    std::vector<char> dbias_nan(b_ ? n : 0, 0);
+    std::vector<double> dbias_ieee(b_ ? n : 0, 0.0);
+    // offset + weight exactly as a double-double, per column (invalid outside the fast domain).
+    std::vector<Approx> scale(w_ ? n : 0);
+    for (std::int64_t col = 0; col < static_cast<std::int64_t>(scale.size()); ++col) {
+      double s, e;
+      detail::two_sum(c_.weight_offset, w_->data[col], s, e);
+      scale[col] = std::isfinite(s) && detail::in_safe_range(s) ? Approx{s, e, 0} : detail::invalid();
+    }
+    const Approx alpha = detail::exact_value(c_.alpha);
+    const Approx inv_n = reciprocal(n);
+    std::vector<Approx> g(n), d(n), dya(n);
+    ExactTerms ex;
 
     for (std::int64_t row = 0; row < g_.rows; ++row) {
       Row r = make_row(row);
-      if (!r.has_nan && !r.has_inf) ensure_exact(r);
+      // q = 0 is known once the exact statistics or their double-double forms are.
+      if (!r.has_nan && !r.has_inf && !r.r_a.valid()) ensure_exact(r);
       bool row_nonfinite = r.has_nan || r.has_inf || r.q_zero;
-      for (std::int64_t col = 0; col < g_.cols; ++col) {
+      for (std::int64_t col = 0; col < n; ++col) {
         const double dy = dy_->data[off(row, col)];
         if (!std::isfinite(dy)) row_nonfinite = true;
         if (b_) {
-          if (std::isfinite(dy)) dbias[col] += detail::exact(dy);
+          if (std::isfinite(dy)) dbias[col] = detail::add(dbias[col], detail::exact_value(dy));
           else {
             dbias_nan[col] = 1;
             dbias_ieee[col] += dy;
@@ -757,51 +831,118 @@ class Evaluator {
         }
       }
       if (w_)
-        for (std::int64_t col = 0; col < g_.cols; ++col)
+        for (std::int64_t col = 0; col < n; ++col)
           if (!std::isfinite(w_->data[col])) row_nonfinite = true;
       if (row_nonfinite) {
-        for (std::int64_t col = 0; col < g_.cols; ++col) {
+        for (std::int64_t col = 0; col < n; ++col) {
           set_ieee(dx, off(row, col), kNaN);
           if (res_) set_ieee(dres, off(row, col), kNaN);
-          if (w_) dweight[col].nan = true;
-          if (rb_) dresb[col].nan = true;
+        }
+        columns_nan = true;
+        continue;
+      }
+      bool fast = fast_row(r) && alpha.valid();
+      Approx gsum{}, gdsum{};
+      if (fast) {
+        for (std::int64_t col = 0; col < n; ++col) {
+          dya[col] = detail::exact_value(dy_->data[off(row, col)]);
+          g[col] = w_ ? detail::mul(dya[col], scale[col]) : dya[col];
+          d[col] = detail::exact_value(r.h[col]);
+          if (ln) d[col] = detail::add(d[col], detail::neg(r.mu_a));
+          gsum = detail::add(gsum, g[col]);
+          gdsum = detail::add(gdsum, detail::mul(g[col], d[col]));
+        }
+        fast = gsum.valid() && gdsum.valid();
+      }
+      if (!fast) {  // every element exactly; the column sums then need the exact pass
+        sums_fast = false;
+        exact_terms(r, row, ex);
+        for (std::int64_t col = 0; col < n; ++col) {
+          const Rational k = exact_k(ex, col);
+          if (res_) times_rstd(dres, off(row, col), r, k);
+          times_rstd(dx, off(row, col), r, alpha_ * k);
         }
         continue;
       }
-      const auto n = g_.cols;
-      std::vector<Rational> gq(n), d(n);
-      Rational gsum, gdsum;
+      const Approx gbar = detail::mul(gsum, inv_n);
+      const Approx c = detail::mul(detail::mul(detail::mul(gdsum, inv_n), r.r_a), r.r_a);
+      bool have_exact = false;
       for (std::int64_t col = 0; col < n; ++col) {
-        const Rational dy = detail::exact(dy_->data[off(row, col)]);
-        gq[col] = w_ ? dy * (detail::exact(c_.weight_offset) + detail::exact(w_->data[col])) : dy;
-        d[col] = r.h_exact(col);
-        if (ln) d[col] -= r.mu;
-        gsum += gq[col];
-        gdsum += gq[col] * d[col];
-        if (w_) add_term(dweight[col], r, dy * d[col]);
-      }
-      const Rational gbar = gsum / n_;
-      const Rational c = gdsum / n_ / r.q;
-      for (std::int64_t col = 0; col < n; ++col) {
-        Rational k = gq[col] - d[col] * c;
-        if (ln) k -= gbar;
-        if (rb_) add_term(dresb[col], r, k);
-        if (res_) times_rstd(dres, off(row, col), r, k);
-        times_rstd(dx, off(row, col), r, alpha_ * k);
+        Approx k = detail::add(g[col], detail::neg(detail::mul(d[col], c)));
+        if (ln) k = detail::add(k, detail::neg(gbar));
+        const Approx kr = detail::mul(k, r.r_a);  // dresidual; dx = alpha * dresidual
+        const auto i = off(row, col);
+        const bool open_res = res_ && !decide_into(dres, i, kr);
+        const bool open_dx = !decide_into(dx, i, detail::mul(kr, alpha));
+        if (open_res || open_dx) {
+          if (!have_exact) exact_terms(r, row, ex);
+          have_exact = true;
+          const Rational ke = exact_k(ex, col);
+          if (open_res) times_rstd(dres, i, r, ke);
+          if (open_dx) times_rstd(dx, i, r, alpha_ * ke);
+        }
+        if (w_) dweight[col] = detail::add(dweight[col], detail::mul(detail::mul(dya[col], d[col]), r.r_a));
+        if (rb_) dresb[col] = detail::add(dresb[col], kr);
       }
     }
     emit(res, "dx", std::move(dx));
     emit(res, "dresidual", std::move(dres));
-    if (w_) emit(res, "dweight", column_sums("dweight", dweight));
-    if (b_) {
-      Output o = output_of("dbias");
-      for (std::int64_t col = 0; col < g_.cols; ++col) {
-        if (dbias_nan[col]) set_ieee(o, col, dbias_ieee[col]);
-        else set_exact(o, col, dbias[col]);
+
+    // Columns: decided from the accumulators where the bound allows, exactly otherwise.
+    Output ow = output_of("dweight"), orb = output_of("dresidual_bias"), ob = output_of("dbias");
+    std::vector<char> need_w(w_ ? n : 0, 0), need_rb(rb_ ? n : 0, 0);
+    for (std::int64_t col = 0; col < n; ++col) {
+      if (w_) {
+        if (columns_nan) set_ieee(ow, col, kNaN);
+        else if (!sums_fast || !decide_into(ow, col, dweight[col])) need_w[col] = 1;
       }
-      emit(res, "dbias", std::move(o));
+      if (rb_) {
+        if (columns_nan) set_ieee(orb, col, kNaN);
+        else if (!sums_fast || !decide_into(orb, col, dresb[col])) need_rb[col] = 1;
+      }
+      if (b_) {
+        if (dbias_nan[col]) set_ieee(ob, col, dbias_ieee[col]);
+        else if (!opt_.fast_path || !decide_into(ob, col, dbias[col])) {
+          Rational s;
+          for (std::int64_t row = 0; row < g_.rows; ++row) s += detail::exact(dy_->data[off(row, col)]);
+          ++slow_;
+          set_exact(ob, col, s);
+        }
+      }
     }
-    if (rb_) emit(res, "dresidual_bias", column_sums("dresidual_bias", dresb));
+    if (std::ranges::count(need_w, 1) + std::ranges::count(need_rb, 1) > 0) exact_columns(need_w, need_rb, ow, orb);
+    if (w_) emit(res, "dweight", std::move(ow));
+    if (b_) emit(res, "dbias", std::move(ob));
+    if (rb_) emit(res, "dresidual_bias", std::move(orb));
+  }
+
+  // dweight = sum over rows of dy*d*rstd and dresidual_bias = sum of K*rstd for the columns
+  // marked, exactly: per-row terms as rationals, grouped by equal q so that identical rows
+  // combine exactly, then an MPFR enclosure (Ziv). Every row is finite here.
+  void exact_columns(const std::vector<char>& need_w, const std::vector<char>& need_rb, Output& ow, Output& orb) {
+    const auto n = g_.cols;
+    std::vector<ColumnSum> dweight(need_w.size()), dresb(need_rb.size());
+    ExactTerms ex;
+    for (std::int64_t row = 0; row < g_.rows; ++row) {
+      Row r = make_row(row);
+      exact_terms(r, row, ex);
+      for (std::int64_t col = 0; col < n; ++col) {
+        if (w_ && need_w[col]) add_term(dweight[col], r, ex.dy[col] * ex.d[col]);
+        if (rb_ && need_rb[col]) add_term(dresb[col], r, exact_k(ex, col));
+      }
+    }
+    for (std::int64_t col = 0; col < n; ++col) {
+      if (w_ && need_w[col]) column_sum(ow, col, dweight[col]);
+      if (rb_ && need_rb[col]) column_sum(orb, col, dresb[col]);
+    }
+  }
+
+  // 1/n as a double-double (exact when n is a power of two).
+  static Approx reciprocal(std::int64_t n) {
+    detail::Real v(192), rest(192);
+    mpfr_set_si(v.get(), 1, MPFR_RNDN);
+    mpfr_div_si(v.get(), v.get(), static_cast<long>(n), MPFR_RNDN);
+    return split(v.get(), rest);
   }
 
   void times_rstd(Output& o, std::int64_t i, Row& r, const Rational& k) {
@@ -826,43 +967,35 @@ class Evaluator {
     }
   }
 
-  Output column_sums(const char* name, const std::vector<ColumnSum>& sums) {
-    Output o = output_of(name);
-    for (std::int64_t col = 0; col < g_.cols; ++col) {
-      const ColumnSum& s = sums[col];
-      if (s.nan) {
-        set_ieee(o, col, kNaN);
-        continue;
+  void column_sum(Output& o, std::int64_t col, const ColumnSum& s) {
+    ++slow_;
+    bool all_zero = true;
+    for (const auto& [q, coef] : s.by_q) all_zero &= mpq_sgn(coef.backend().data()) == 0;
+    if (all_zero) {
+      set_exact(o, col, s.rational_part);
+      return;
+    }
+    for (int bits = opt_.start_bits;; bits *= 2) {
+      max_bits_used_ = std::max(max_bits_used_, bits);
+      Enclosure acc(bits), t(bits), term(bits), rs(bits);
+      detail::enclose(acc, s.rational_part);
+      for (const auto& [q, coef] : s.by_q) {
+        detail::enclose(t, coef);
+        detail::enclose_rstd(rs, q);
+        detail::mul(term, t, rs);
+        Enclosure next(bits);
+        detail::add(next, acc, term);
+        std::swap(acc, next);
       }
-      bool all_zero = true;
-      for (const auto& [q, coef] : s.by_q) all_zero &= mpq_sgn(coef.backend().data()) == 0;
-      if (all_zero) {
-        set_exact(o, col, s.rational_part);
-        continue;
-      }
-      for (int bits = opt_.start_bits;; bits *= 2) {
-        max_bits_used_ = std::max(max_bits_used_, bits);
-        Enclosure acc(bits), t(bits), term(bits), rs(bits);
-        detail::enclose(acc, s.rational_part);
-        for (const auto& [q, coef] : s.by_q) {
-          detail::enclose(t, coef);
-          detail::enclose_rstd(rs, q);
-          detail::mul(term, t, rs);
-          Enclosure next(bits);
-          detail::add(next, acc, term);
-          std::swap(acc, next);
-        }
-        double out, out64;
-        const bool ok = detail::decide(acc, o.value.dtype, out) && detail::decide(acc, DType::float64, out64);
-        if (ok || bits * 2 > opt_.max_bits) {
-          o.value.data[col] = ok ? out : detail::round_real(acc.lo.get(), o.value.dtype);
-          o.f64[col] = ok ? out64 : detail::round_real(acc.lo.get(), DType::float64);
-          o.certified[col] = ok;
-          break;
-        }
+      double out, out64;
+      const bool ok = detail::decide(acc, o.value.dtype, out) && detail::decide(acc, DType::float64, out64);
+      if (ok || bits * 2 > opt_.max_bits) {
+        o.value.data[col] = ok ? out : detail::round_real(acc.lo.get(), o.value.dtype);
+        o.f64[col] = ok ? out64 : detail::round_real(acc.lo.get(), DType::float64);
+        o.certified[col] = ok;
+        return;
       }
     }
-    return o;
   }
 
   const Case& c_;
@@ -876,6 +1009,10 @@ class Evaluator {
   bool x_by_rows_ = false;  // x's float32 values are checked row by row (check_x_row)
   bool contiguous_ = false;  // each row's elements are adjacent
   detail::BinnedSum sum_, sumsq_;
+  struct StatScratch {  // approximate_stats' temporaries
+    detail::Real num{64}, t{256}, qv{256}, rv{192}, rest{256};
+    detail::Integer a, b;
+  } scratch_;
   BufferPool pool_;
   std::int64_t fast_ = 0, slow_ = 0;
   int max_bits_used_ = 0;

@@ -1,9 +1,12 @@
 // Backward reference: exact identities that hold without finite differences.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "normcheck/reference/evaluate.hpp"
 #include "test_util.hpp"
@@ -35,6 +38,72 @@ double sum_with_bound(const std::vector<double>& v, std::size_t begin, std::size
   // double sum adds n * 2^-64 relative error more.
   bound = static_cast<double>(m) * static_cast<double>(n) * 0x1p-50;
   return static_cast<double>(s);
+}
+
+void expect_same_outputs(const Result& a, const Result& b, const std::string& what) {
+  ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
+  for (const auto& [name, out] : a.outputs) {
+    const Output& other = b.outputs.at(name);
+    ASSERT_EQ(out.value.data.size(), other.value.data.size()) << what << " " << name;
+    for (std::size_t i = 0; i < out.value.data.size(); ++i) {
+      // Bit for bit: the sign of a zero too.
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(out.value.data[i]), std::bit_cast<std::uint64_t>(other.value.data[i]))
+          << what << " " << name << "[" << i << "]: " << std::hexfloat << out.value.data[i] << " vs "
+          << other.value.data[i];
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(out.f64[i]), std::bit_cast<std::uint64_t>(other.f64[i]))
+          << what << " " << name << " f64[" << i << "]";
+      EXPECT_EQ(out.certified[i], other.certified[i]) << what << " " << name << " certified[" << i << "]";
+    }
+  }
+}
+
+TEST(Backward, FastPathAgreesWithExactEverywhere) {
+  // The double-double path against the exact rationals and MPFR for every output: dtypes,
+  // both ops, large means (cancellation in d = h - mean), weight offset, residuals with alpha,
+  // and rows the fast path must leave to the exact one: a constant row (K = 0 exactly), dy = 0,
+  // x far outside the fast domain, dy too small for it, and two rows whose dweight terms cancel.
+  std::mt19937_64 rng(27);
+  Options slow;
+  slow.fast_path = false;
+  const std::int64_t rows = 9, cols = 23;
+  for (DType t : {DType::float64, DType::float32, DType::float16, DType::bfloat16}) {
+    for (Op op : {Op::layernorm, Op::rmsnorm}) {
+      for (double mean : {0.0, 100.0, 3000.0}) {
+        for (int variant = 0; variant < 4; ++variant) {
+          Case c = simple_case(op, rows, cols, normal_values(rng, rows * cols, mean, 1, t), t);
+          c.direction = Direction::backward;
+          c.dtype_compute = DType::float32;
+          std::vector<double> dy = normal_values(rng, rows * cols, 0, 1, t);
+          auto& x = c.inputs["x"].data;
+          for (std::int64_t col = 0; col < cols; ++col) {
+            x[1 * cols + col] = x[1 * cols];  // constant row
+            dy[2 * cols + col] = 0.0;         // no gradient
+            x[4 * cols + col] = x[3 * cols + col];  // row 4 = row 3 with -dy: dweight terms cancel
+            dy[4 * cols + col] = -dy[3 * cols + col];
+          }
+          if (t == DType::float64) {
+            x[5 * cols + 3] = 0x1p-600;   // h outside the fast domain
+            dy[6 * cols + 4] = 0x1p-1000;  // dy outside it
+          }
+          c.inputs["dy"] = tensor(t, {rows, cols}, dy);
+          if (variant >= 1) set_affine(c, normal_values(rng, cols, 1, 0.5, t), normal_values(rng, cols, 0, 0.5, t));
+          if (variant == 2) c.weight_offset = 1.0;
+          if (variant == 3) {
+            c.residual = Residual::add_bias;
+            c.alpha = 0.75;
+            c.inputs["residual"] = tensor(t, {rows, cols}, normal_values(rng, rows * cols, 0, 1, t));
+            c.inputs["residual_bias"] = tensor(t, {cols}, normal_values(rng, cols, 0, 1, t));
+          }
+          const Result a = evaluate(c), b = evaluate(c, slow);
+          const std::string what = std::string(name_of(t)) + " " + std::string(name_of(op)) + " mean " + std::to_string(mean) +
+                                   " variant " + std::to_string(variant);
+          EXPECT_GT(a.stats.fast, 0) << what;
+          EXPECT_GT(a.stats.slow, 0) << what << ": the constant row goes to the exact path";
+          expect_same_outputs(a, b, what);
+        }
+      }
+    }
+  }
 }
 
 TEST(Backward, LayerNormDxSumsToZeroWithUnitWeight) {
