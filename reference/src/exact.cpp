@@ -2,6 +2,7 @@
 
 #include "normcheck/reference/evaluate.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -58,9 +59,32 @@ double round_real(mpfr_srcptr x, DType t) {
   if (mpfr_inf_p(x)) return mpfr_sgn(x) > 0 ? std::numeric_limits<double>::infinity()
                                             : -std::numeric_limits<double>::infinity();
   if (mpfr_zero_p(x)) return mpfr_signbit(x) ? -0.0 : 0.0;
-  Rational q;
-  mpfr_get_q(q.backend().data(), x);  // exact
-  return round_rational(q, t);
+  // The same steps as round_rational, on the binary value directly: 2^(e-1) <= |x| < 2^e
+  // (MPFR's exponent), the target's ulp there is 2^u, so `bits` = e - u significant bits are
+  // kept; MPFR's round to nearest (ties to even) at that precision is the rounding wanted.
+  const Format f = format_of(t);
+  const bool negative = mpfr_signbit(x);
+  const double inf = std::numeric_limits<double>::infinity();
+  const long e = mpfr_get_exp(x);
+  if (e - 1 > f.max_exp + 1) return negative ? -inf : inf;
+  const long u = std::max(e - 1, static_cast<long>(f.min_exp)) - (f.precision - 1);
+  const long bits = e - u;
+  double r = 0.0;
+  if (bits == 0) {
+    // 2^(u-1) <= |x| < 2^u: the least subnormal, or 0 at the tie (even).
+    const bool tie = mpfr_cmp_si_2exp(x, negative ? -1 : 1, u - 1) == 0;
+    r = tie ? 0.0 : std::ldexp(1.0, static_cast<int>(u));
+  } else if (bits > 0) {
+    // bits <= precision <= 53: one limb, on the stack (MPFR's custom interface).
+    mp_limb_t limbs[(53 + GMP_NUMB_BITS - 1) / GMP_NUMB_BITS];
+    mpfr_t k;
+    mpfr_custom_init(limbs, static_cast<mpfr_prec_t>(bits));
+    mpfr_custom_init_set(k, MPFR_ZERO_KIND, 0, static_cast<mpfr_prec_t>(bits), limbs);
+    mpfr_abs(k, x, MPFR_RNDN);  // rounds |x| to `bits` bits
+    r = mpfr_get_d(k, MPFR_RNDN);  // exact below 2^1024, inf at or above
+  }  // bits < 0: below half the least subnormal, 0
+  if (r > max_finite(t)) r = inf;
+  return negative ? -r : r;
 }
 
 void enclose(Enclosure& e, const Rational& q) {

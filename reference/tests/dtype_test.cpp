@@ -94,6 +94,58 @@ TEST(Rounding, RationalRoundingAgreesWithBinary64Rounding) {
   }
 }
 
+TEST(Rounding, RealRoundingAgreesWithRationalRounding) {
+  // round_real rounds an MPFR value on its bits; round_rational is the exact definition.
+  // Random values of 60 to 300 bits around every format's edges (subnormal range, the least
+  // subnormal, the overflow threshold), exact midpoints and their neighbours, powers of two.
+  std::mt19937_64 rng(31);
+  const DType types[] = {DType::float64, DType::float32, DType::float16, DType::bfloat16};
+  int checked = 0;
+  for (DType t : types) {
+    const Format f = format_of(t);
+    const long centres[] = {0, f.min_exp, f.min_exp - f.precision, f.min_exp - f.precision + 1,
+                            f.min_exp - f.precision - 1, f.max_exp, f.max_exp + 1, 7, -3};
+    for (long centre : centres) {
+      for (int trial = 0; trial < 400; ++trial) {
+        const int bits = 60 + static_cast<int>(rng() % 241);
+        detail::Real x(bits);
+        // A random significand of `bits` bits; a third of the trials are made a midpoint of
+        // the target (or one unit of x's last place beside it) by clearing low bits.
+        detail::Integer m;
+        mpz_set_ui(m.backend().data(), 1);
+        for (int i = 1; i < bits; ++i) {
+          mpz_mul_2exp(m.backend().data(), m.backend().data(), 1);
+          if (rng() & 1) mpz_add_ui(m.backend().data(), m.backend().data(), 1);
+        }
+        const int kind = static_cast<int>(trial % 6);
+        if (kind <= 2) {
+          // keep precision+1 leading bits (a midpoint when the last kept bit is 1), then nudge
+          const int keep = f.precision + 1 + static_cast<int>(rng() % 3) - 1;
+          mpz_fdiv_q_2exp(m.backend().data(), m.backend().data(), static_cast<mp_bitcnt_t>(bits - keep));
+          mpz_setbit(m.backend().data(), 0);
+          mpz_mul_2exp(m.backend().data(), m.backend().data(), static_cast<mp_bitcnt_t>(bits - keep));
+          if (kind == 1) mpz_add_ui(m.backend().data(), m.backend().data(), 1);
+          if (kind == 2) mpz_sub_ui(m.backend().data(), m.backend().data(), 1);
+        } else if (kind == 3) {
+          mpz_set_ui(m.backend().data(), 1);
+          mpz_mul_2exp(m.backend().data(), m.backend().data(), static_cast<mp_bitcnt_t>(bits - 1));
+        }
+        const long shift = static_cast<long>(rng() % 9) - 4;
+        mpfr_set_z_2exp(x.get(), m.backend().data(), centre + shift - bits, MPFR_RNDN);  // exact
+        if (rng() & 1) mpfr_neg(x.get(), x.get(), MPFR_RNDN);
+        detail::Rational q;
+        mpfr_get_q(q.backend().data(), x.get());
+        const double want = detail::round_rational(q, t), got = detail::round_real(x.get(), t);
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(got), std::bit_cast<std::uint64_t>(want))
+            << name_of(t) << " centre " << centre << " trial " << trial << ": " << std::hexfloat << got << " vs "
+            << want;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 9 * 400);
+}
+
 TEST(Rounding, RationalRoundingOfNonDyadicValues) {
   // 1/3 to float32 is 0x1.555556p-2 (the next bit pattern 0101... rounds up).
   EXPECT_EQ(detail::round_rational(detail::Rational(1, 3), DType::float32), 0x1.555556p-2);
