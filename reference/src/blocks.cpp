@@ -6,12 +6,21 @@
 //
 // Backward: the gradient of sum(dy * y) with respect to x and every parameter, the rounding of
 // intermediate layer outputs being the identity for the gradient (as in autograd).
+//
+// Fast path: the same evaluator first runs on balls (a double-double centre and a proved
+// radius, ddouble.hpp's Approx); GELU, its derivative and 1/sqrt go through MPFR intervals at
+// 128 bits and back. Its result is taken only when every rounding, intermediate and final, is
+// decided; otherwise the case is evaluated with MPFR intervals as above.
 #include "blocks.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "ddouble.hpp"
 #include "exact.hpp"
 #include "normcheck/reference/outputs.hpp"
 
@@ -20,13 +29,6 @@ namespace {
 
 using Iv = Enclosure;
 using Vec = std::vector<Iv>;
-
-Vec make_vec(std::size_t n, int bits) {
-  Vec v;
-  v.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) v.emplace_back(bits);
-  return v;
-}
 
 void set(Iv& o, double v) { enclose(o, v); }
 void set_zero(Iv& o) {
@@ -158,21 +160,177 @@ void activation_grad(Iv& o, const Iv& u, Activation act, const GeluConstants& k)
   add(o, cdf, e);
 }
 
+// ---- balls: Approx values (centre hi + lo, radius err) -------------------------------------
+struct Ball {
+  Approx v;
+  explicit Ball(int /*bits*/ = 0) {}
+};
+
+constexpr int kBallBits = 128;  // MPFR precision of the steps balls take through intervals
+
+// The sum of two exact binary64 values stays exact (TwoSum), so that a sum of inputs (dbias
+// is the column sum of dy) keeps a tie of the output format decidable; anything else is
+// Approx's sum with its bound.
+Approx ball_sum(const Approx& a, const Approx& b) {
+  if (a.err == 0 && b.err == 0 && a.lo == 0 && b.lo == 0) {
+    double s, e;
+    two_sum(a.hi, b.hi, s, e);
+    if (std::isfinite(s) && in_safe_range(s)) return {s, e, 0};
+  }
+  return add(a, b);
+}
+
+void set(Ball& o, double v) { o.v = exact_value(v); }
+void set_zero(Ball& o) { o.v = Approx{}; }
+void copy(Ball& o, const Ball& a) { o.v = a.v; }
+void acc(Ball& o, const Ball& a) { o.v = ball_sum(o.v, a.v); }
+void sub(Ball& o, const Ball& a, const Ball& b) { o.v = ball_sum(a.v, neg(b.v)); }
+void acc_mul_d(Ball& o, double w, const Ball& a, Real&) { o.v = add(o.v, mul(exact_value(w), a.v)); }
+void mul_d(Ball& o, const Ball& a, double w, Real&) { o.v = mul(a.v, exact_value(w)); }
+void mul(Ball& o, const Ball& a, const Ball& b) { o.v = mul(a.v, b.v); }
+void add(Ball& o, const Ball& a, const Ball& b) { o.v = ball_sum(a.v, b.v); }
+void sqr(Ball& o, const Ball& a) { o.v = mul(a.v, a.v); }
+bool width_finite(const Ball& a) { return a.v.valid(); }
+// An exact value (radius 0) is rounded exactly: Approx's decide keeps a slack that never
+// decides an exact 0 (relu's zero gradients) or a tie (a sum of inputs on a midpoint of the
+// output format). 0 is +0 and an overflow is inf, as the intervals give them.
+bool decide(const Ball& a, DType t, double& out) {
+  if (a.v.err == 0) {
+    if (a.v.hi == 0) out = 0.0;
+    else if (a.v.lo == 0) out = round_to(a.v.hi, t);
+    else out = round_rational(exact(a.v.hi) + exact(a.v.lo), t);
+    return true;
+  }
+  return decide(a.v, t, out);
+}
+double lower_rounding(const Ball& a, DType t) { return round_to(a.v.hi, t); }  // never kept: see run()
+double lower_rounding(const Iv& a, DType t) { return round_real(a.lo.get(), t); }
+
+// The interval [c - err, c + err] of a ball (directed roundings; c = hi + lo).
+void to_interval(Iv& o, const Ball& a) {
+  mpfr_set_d(o.lo.get(), a.v.hi, MPFR_RNDD);
+  mpfr_add_d(o.lo.get(), o.lo.get(), a.v.lo, MPFR_RNDD);
+  mpfr_sub_d(o.lo.get(), o.lo.get(), a.v.err, MPFR_RNDD);
+  mpfr_set_d(o.hi.get(), a.v.hi, MPFR_RNDU);
+  mpfr_add_d(o.hi.get(), o.hi.get(), a.v.lo, MPFR_RNDU);
+  mpfr_add_d(o.hi.get(), o.hi.get(), a.v.err, MPFR_RNDU);
+}
+
+// A ball holding the interval: its midpoint split into hi + lo, the radius rounded up.
+void from_interval(Ball& o, const Iv& a, Real& m, Real& t) {
+  if (!mpfr_number_p(a.lo.get()) || !mpfr_number_p(a.hi.get())) {
+    o.v = invalid();
+    return;
+  }
+  mpfr_add(m.get(), a.lo.get(), a.hi.get(), MPFR_RNDN);
+  mpfr_div_2ui(m.get(), m.get(), 1, MPFR_RNDN);
+  const double hi = mpfr_get_d(m.get(), MPFR_RNDN);
+  mpfr_sub_d(t.get(), m.get(), hi, MPFR_RNDN);
+  const double lo = mpfr_get_d(t.get(), MPFR_RNDN);
+  if (!std::isfinite(hi) || !in_safe_range(hi)) {
+    o.v = invalid();
+    return;
+  }
+  // radius: max(a.hi - (hi + lo), (hi + lo) - a.lo), each bounded from above.
+  mpfr_sub_d(t.get(), a.hi.get(), hi, MPFR_RNDU);
+  mpfr_sub_d(t.get(), t.get(), lo, MPFR_RNDU);
+  const double up = mpfr_get_d(t.get(), MPFR_RNDU);
+  mpfr_d_sub(t.get(), hi, a.lo.get(), MPFR_RNDU);
+  mpfr_add_d(t.get(), t.get(), lo, MPFR_RNDU);
+  const double down = mpfr_get_d(t.get(), MPFR_RNDU);
+  const double err = std::max({up, down, 0.0});
+  o.v = std::isfinite(err) ? Approx{hi, lo, err} : invalid();
+}
+
+struct BallScratch {
+  Iv a{kBallBits}, b{kBallBits};
+  Real m{2 * kBallBits}, t{2 * kBallBits};
+};
+BallScratch& ball_scratch() {
+  thread_local BallScratch s;
+  return s;
+}
+
+void div_n(Ball& o, const Ball& a, long n) {  // n > 0
+  if ((n & (n - 1)) == 0) {
+    o.v = mul(a.v, exact_value(std::ldexp(1.0, -std::countr_zero(static_cast<unsigned long>(n)))));
+    return;
+  }
+  BallScratch& s = ball_scratch();
+  mpfr_set_ui(s.a.lo.get(), 1, MPFR_RNDN);
+  mpfr_div_si(s.a.lo.get(), s.a.lo.get(), n, MPFR_RNDD);
+  mpfr_set_ui(s.a.hi.get(), 1, MPFR_RNDN);
+  mpfr_div_si(s.a.hi.get(), s.a.hi.get(), n, MPFR_RNDU);
+  Ball inv;
+  from_interval(inv, s.a, s.m, s.t);
+  o.v = mul(a.v, inv.v);
+}
+void rec_sqrt(Ball& o, const Ball& q) {
+  BallScratch& s = ball_scratch();
+  to_interval(s.a, q);
+  if (mpfr_sgn(s.a.lo.get()) <= 0) {  // an end at or below 0: leave it to the intervals
+    o.v = invalid();
+    return;
+  }
+  rec_sqrt(s.b, s.a);
+  from_interval(o, s.b, s.m, s.t);
+}
+void activation(Ball& o, const Ball& u, Activation act, const GeluConstants& k) {
+  BallScratch& s = ball_scratch();
+  to_interval(s.a, u);
+  activation(s.b, s.a, act, k);
+  from_interval(o, s.b, s.m, s.t);
+}
+void activation_grad(Ball& o, const Ball& u, Activation act, const GeluConstants& k) {
+  BallScratch& s = ball_scratch();
+  to_interval(s.a, u);
+  activation_grad(s.b, s.a, act, k);
+  from_interval(o, s.b, s.m, s.t);
+}
+// scale = offset + w: exact as a TwoSum pair.
+void set_sum(Ball& o, double a, double b) {
+  double sum, e;
+  two_sum(a, b, sum, e);
+  o.v = std::isfinite(sum) && in_safe_range(sum) ? Approx{sum, e, 0} : invalid();
+}
+void set_sum(Iv& s, double a, double b) {
+  mpfr_set_d(s.lo.get(), a, MPFR_RNDD);
+  mpfr_add_d(s.lo.get(), s.lo.get(), b, MPFR_RNDD);
+  mpfr_set_d(s.hi.get(), a, MPFR_RNDU);
+  mpfr_add_d(s.hi.get(), s.hi.get(), b, MPFR_RNDU);
+}
+
 struct Tensors {
   const Tensor *x, *w1, *b1, *w2, *b2, *weight, *bias, *dy;
 };
 
-// One norm over a row of intervals, with what backward needs.
-struct NormRow {
-  Vec xhat;
-  Iv rstd;
-  NormRow(std::size_t n, int bits) : xhat(make_vec(n, bits)), rstd(bits) {}
-};
+template <class N>
+std::vector<N> make_vec_of(std::size_t n, int bits) {
+  std::vector<N> v;
+  v.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) v.emplace_back(bits);
+  return v;
+}
 
+// The evaluator on intervals (N = Iv, at `bits`) or on balls (N = Ball: `strict`, so any
+// undecided rounding fails the run instead of going on tainted).
+template <class N>
 class BlockEvaluator {
+  using Iv = N;
+  using Vec = std::vector<N>;
+  static Vec make_vec(std::size_t n, int bits) { return make_vec_of<N>(n, bits); }
+  static constexpr bool strict = std::is_same_v<N, Ball>;
+
+  // One norm over a row, with what backward needs.
+  struct NormRow {
+    Vec xhat;
+    Iv rstd;
+    NormRow(std::size_t n, int bits) : xhat(make_vec(n, bits)), rstd(bits) {}
+  };
+
  public:
   BlockEvaluator(const Case& c, int bits)
-      : c_(c), bits_(bits), k_(bits), t_(bits) {
+      : c_(c), bits_(bits), k_(std::max(bits, kBallBits)), t_(std::max(bits, kBallBits)) {
     auto get = [&](const char* n) -> const Tensor* {
       auto it = c.inputs.find(n);
       return it == c.inputs.end() ? nullptr : &it->second;
@@ -217,13 +375,15 @@ class BlockEvaluator {
           for (std::int64_t i = 0; i < D_; ++i) {
             double v = 0;
             if (!decide(out[i], c_.dtype_x, v)) {
+              if (strict) return false;
               tainted = true;
-              v = round_real(out[i].lo.get(), c_.dtype_x);
+              v = lower_rounding(out[i], c_.dtype_x);
             }
             set(u[i], v);
           }
         } else {
           for (std::int64_t i = 0; i < D_; ++i) all &= put(y, row * D_ + i, out[i], tainted);
+          if (strict && !all) return false;
         }
       }
       if (!bwd) continue;
@@ -284,8 +444,8 @@ class BlockEvaluator {
   static bool put(Output& o, std::int64_t i, const Iv& v, bool tainted) {
     double a = 0, b = 0;
     const bool ok = width_finite(v) && decide(v, o.value.dtype, a) && decide(v, DType::float64, b);
-    o.value.data[i] = ok ? a : round_real(v.lo.get(), o.value.dtype);
-    o.f64[i] = ok ? b : round_real(v.lo.get(), DType::float64);
+    o.value.data[i] = ok ? a : lower_rounding(v, o.value.dtype);
+    o.f64[i] = ok ? b : lower_rounding(v, DType::float64);
     o.certified[i] = ok && !tainted;
     return ok;
   }
@@ -301,10 +461,7 @@ class BlockEvaluator {
         set(s, 1.0);
         continue;
       }
-      mpfr_set_d(s.lo.get(), c_.weight_offset, MPFR_RNDD);
-      mpfr_add_d(s.lo.get(), s.lo.get(), in_.weight->data[p], MPFR_RNDD);
-      mpfr_set_d(s.hi.get(), c_.weight_offset, MPFR_RNDU);
-      mpfr_add_d(s.hi.get(), s.hi.get(), in_.weight->data[p], MPFR_RNDU);
+      set_sum(s, c_.weight_offset, in_.weight->data[p]);
     }
   }
 
@@ -482,10 +639,22 @@ class BlockEvaluator {
 
 Result evaluate_block(const Case& c, const Options& opt) {
   Result res;
+  if (opt.fast_path) {  // balls first: taken only when every rounding is decided
+    BlockEvaluator<Ball> ev(c, kBallBits);
+    if (ev.run(res)) {
+      for (const auto& [name, o] : res.outputs) {
+        res.stats.elements += static_cast<std::int64_t>(o.certified.size());
+        res.stats.uncertified += count_zero_bytes(o.certified);
+      }
+      res.stats.fast = res.stats.elements;
+      return res;
+    }
+    res = Result{};
+  }
   // Blocks chain many operations: start at 128 bits at least.
   for (int bits = std::max(opt.start_bits, 128);; bits *= 2) {
     Result attempt;
-    BlockEvaluator ev(c, bits);
+    BlockEvaluator<Iv> ev(c, bits);
     const bool ok = ev.run(attempt);
     attempt.stats.max_bits_used = bits;
     if (ok || bits * 2 > opt.max_bits) {
