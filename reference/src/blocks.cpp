@@ -168,16 +168,44 @@ struct Ball {
 
 constexpr int kBallBits = 128;  // MPFR precision of the steps balls take through intervals
 
-// The sum of two exact binary64 values stays exact (TwoSum), so that a sum of inputs (dbias
-// is the column sum of dy) keeps a tie of the output format decidable; anything else is
-// Approx's sum with its bound.
+// Exact balls stay exact where two doubles can hold the result: a product of two binary64
+// values (TwoProd) and a sum of two double-doubles whose error-free transformations leave no
+// third word. Sums of inputs and of their products (dbias is a column sum of dy; with relu,
+// dffn_b1 sums products of float32 values) land on ties of the output format, binary64
+// included, which no radius can decide. Anything else is Approx's operation with its bound.
 Approx ball_sum(const Approx& a, const Approx& b) {
-  if (a.err == 0 && b.err == 0 && a.lo == 0 && b.lo == 0) {
-    double s, e;
-    two_sum(a.hi, b.hi, s, e);
-    if (std::isfinite(s) && in_safe_range(s)) return {s, e, 0};
+  if (a.err == 0 && b.err == 0) {
+    double s, e1, u, e3, t, e2;
+    two_sum(a.hi, b.hi, s, e1);
+    two_sum(a.lo, b.lo, u, e3);
+    two_sum(e1, u, t, e2);
+    if (e3 == 0 && e2 == 0 && std::isfinite(s)) {
+      double zh, zl;
+      two_sum(s, t, zh, zl);  // exact: s + t = a + b
+      if (in_safe_range(zh)) return {zh, zl, 0};
+    }
   }
   return add(a, b);
+}
+// x * y exactly as a double-double pair (TwoProd), when no underflow can hide in it.
+bool exact_product(double x, double y, Approx& out) {
+  double p, e;
+  two_prod(x, y, p, e);  // exact when p is in the safe range (e then does not underflow)
+  if (!std::isfinite(p) || !in_safe_range(p) || (p == 0 && x != 0 && y != 0)) return false;
+  out = {p, e, 0};
+  return true;
+}
+Approx ball_product(const Approx& a, const Approx& b) {
+  if (a.err == 0 && b.err == 0 && (a.lo == 0 || b.lo == 0)) {
+    const Approx& x = b.lo == 0 ? a : b;  // y is a binary64 value
+    const Approx& y = b.lo == 0 ? b : a;
+    Approx p1, p2;
+    if (exact_product(x.hi, y.hi, p1)) {
+      if (x.lo == 0) return p1;
+      if (exact_product(x.lo, y.hi, p2)) return ball_sum(p1, p2);  // exact where it can be
+    }
+  }
+  return mul(a, b);
 }
 
 void set(Ball& o, double v) { o.v = exact_value(v); }
@@ -185,11 +213,11 @@ void set_zero(Ball& o) { o.v = Approx{}; }
 void copy(Ball& o, const Ball& a) { o.v = a.v; }
 void acc(Ball& o, const Ball& a) { o.v = ball_sum(o.v, a.v); }
 void sub(Ball& o, const Ball& a, const Ball& b) { o.v = ball_sum(a.v, neg(b.v)); }
-void acc_mul_d(Ball& o, double w, const Ball& a, Real&) { o.v = add(o.v, mul(exact_value(w), a.v)); }
-void mul_d(Ball& o, const Ball& a, double w, Real&) { o.v = mul(a.v, exact_value(w)); }
-void mul(Ball& o, const Ball& a, const Ball& b) { o.v = mul(a.v, b.v); }
+void acc_mul_d(Ball& o, double w, const Ball& a, Real&) { o.v = ball_sum(o.v, ball_product(exact_value(w), a.v)); }
+void mul_d(Ball& o, const Ball& a, double w, Real&) { o.v = ball_product(a.v, exact_value(w)); }
+void mul(Ball& o, const Ball& a, const Ball& b) { o.v = ball_product(a.v, b.v); }
 void add(Ball& o, const Ball& a, const Ball& b) { o.v = ball_sum(a.v, b.v); }
-void sqr(Ball& o, const Ball& a) { o.v = mul(a.v, a.v); }
+void sqr(Ball& o, const Ball& a) { o.v = ball_product(a.v, a.v); }
 bool width_finite(const Ball& a) { return a.v.valid(); }
 // An exact value (radius 0) is rounded exactly: Approx's decide keeps a slack that never
 // decides an exact 0 (relu's zero gradients) or a tie (a sum of inputs on a midpoint of the
