@@ -123,7 +123,8 @@ void normal_cdf(Iv& o, const Iv& u, const GeluConstants& k) {
   mpfr_div_2ui(o.hi.get(), o.hi.get(), 1, MPFR_RNDU);
 }
 
-void activation(Iv& o, const Iv& u, Activation act, const GeluConstants& k) {
+// `cdf` receives Phi(u) for GELU, for activation_grad at the same u (backward reuses it).
+void activation(Iv& o, const Iv& u, Activation act, const GeluConstants& k, Iv& cdf) {
   if (act == Activation::relu) {
     if (mpfr_sgn(u.lo.get()) < 0) mpfr_set_zero(o.lo.get(), 1);
     else mpfr_set(o.lo.get(), u.lo.get(), MPFR_RNDD);
@@ -131,13 +132,13 @@ void activation(Iv& o, const Iv& u, Activation act, const GeluConstants& k) {
     else mpfr_set(o.hi.get(), u.hi.get(), MPFR_RNDU);
     return;
   }
-  Iv phi(static_cast<int>(mpfr_get_prec(o.lo.get())));
-  normal_cdf(phi, u, k);
-  mul(o, u, phi);  // gelu(u) = u Phi(u)
+  normal_cdf(cdf, u, k);
+  mul(o, u, cdf);  // gelu(u) = u Phi(u)
 }
 
 // act'(u): relu' = 1 for u > 0, 0 for u <= 0 (0 at 0); gelu' = Phi(u) + u phi(u).
-void activation_grad(Iv& o, const Iv& u, Activation act, const GeluConstants& k) {
+// `cdf` is Phi(u), as activation() left it.
+void activation_grad(Iv& o, const Iv& u, Activation act, const GeluConstants& k, const Iv& cdf) {
   if (act == Activation::relu) {
     const bool pos = mpfr_sgn(u.lo.get()) > 0;
     const bool nonpos = mpfr_sgn(u.hi.get()) <= 0;
@@ -146,8 +147,7 @@ void activation_grad(Iv& o, const Iv& u, Activation act, const GeluConstants& k)
     return;
   }
   const int bits = static_cast<int>(mpfr_get_prec(o.lo.get()));
-  Iv cdf(bits), e(bits), t(bits);
-  normal_cdf(cdf, u, k);
+  Iv e(bits), t(bits);
   sqr(t, u);  // exp(-u^2/2) is decreasing in u^2
   mpfr_div_2ui(t.lo.get(), t.lo.get(), 1, MPFR_RNDD);
   mpfr_div_2ui(t.hi.get(), t.hi.get(), 1, MPFR_RNDU);
@@ -303,16 +303,16 @@ void rec_sqrt(Ball& o, const Ball& q) {
   rec_sqrt(s.b, s.a);
   from_interval(o, s.b, s.m, s.t);
 }
-void activation(Ball& o, const Ball& u, Activation act, const GeluConstants& k) {
+void activation(Ball& o, const Ball& u, Activation act, const GeluConstants& k, Iv& cdf) {
   BallScratch& s = ball_scratch();
   to_interval(s.a, u);
-  activation(s.b, s.a, act, k);
+  activation(s.b, s.a, act, k, cdf);
   from_interval(o, s.b, s.m, s.t);
 }
-void activation_grad(Ball& o, const Ball& u, Activation act, const GeluConstants& k) {
+void activation_grad(Ball& o, const Ball& u, Activation act, const GeluConstants& k, const Iv& cdf) {
   BallScratch& s = ball_scratch();
   to_interval(s.a, u);
-  activation_grad(s.b, s.a, act, k);
+  activation_grad(s.b, s.a, act, k, cdf);
   from_interval(o, s.b, s.m, s.t);
 }
 // scale = offset + w: exact as a TwoSum pair.
@@ -452,8 +452,10 @@ class BlockEvaluator {
     NormRow n0, n1;
     Vec a, z;     // FFN pre-activation and activation
     Vec f_in;     // the FFN's input
+    std::vector<Enclosure> cdf;  // GELU: Phi(a) as activation() computed it, for backward
     LayerState(std::int64_t d, std::int64_t f, int bits)
-        : n0(d, bits), n1(d, bits), a(make_vec(f, bits)), z(make_vec(f, bits)), f_in(make_vec(d, bits)) {}
+        : n0(d, bits), n1(d, bits), a(make_vec(f, bits)), z(make_vec(f, bits)), f_in(make_vec(d, bits)),
+          cdf(make_vec_of<Enclosure>(f, std::max(bits, kBallBits))) {}
   };
 
   static Output make(DType t, const std::vector<std::int64_t>& shape) {
@@ -565,7 +567,7 @@ class BlockEvaluator {
     for (std::int64_t j = 0; j < F_; ++j) {
       set(st.a[j], in_.b1->data[l * F_ + j]);
       for (std::int64_t i = 0; i < D_; ++i) acc_mul_d(st.a[j], in_.w1->data[(l * F_ + j) * D_ + i], v[i], t_);
-      activation(st.z[j], st.a[j], c_.activation, k_);
+      activation(st.z[j], st.a[j], c_.activation, k_, st.cdf[j]);
     }
     for (std::int64_t i = 0; i < D_; ++i) {
       set(out[i], in_.b2->data[l * D_ + i]);
@@ -588,7 +590,7 @@ class BlockEvaluator {
     }
     for (auto& e : gin) set_zero(e);
     for (std::int64_t j = 0; j < F_; ++j) {
-      activation_grad(d, st.a[j], c_.activation, k_);
+      activation_grad(d, st.a[j], c_.activation, k_, st.cdf[j]);
       mul(ga, gz[j], d);
       acc(gb1[l * F_ + j], ga);
       for (std::int64_t i = 0; i < D_; ++i) {
