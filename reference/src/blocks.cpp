@@ -271,8 +271,8 @@ void from_interval(Ball& o, const Iv& a, Real& m, Real& t) {
 }
 
 struct BallScratch {
-  Iv a{kBallBits}, b{kBallBits};
-  Real m{2 * kBallBits}, t{2 * kBallBits};
+  Iv a{kBallBits}, b{kBallBits}, c{kBallBits};
+  Real m{2 * kBallBits}, t{2 * kBallBits}, w{kBallBits};
 };
 BallScratch& ball_scratch() {
   thread_local BallScratch s;
@@ -303,10 +303,33 @@ void rec_sqrt(Ball& o, const Ball& q) {
   rec_sqrt(s.b, s.a);
   from_interval(o, s.b, s.m, s.t);
 }
+// Phi over the narrow interval of a ball with one erf: erf(t) for t in [t.lo, t.hi] lies in
+// [erf(t.lo), erf(t.lo) + (2/sqrt(pi)) (t.hi - t.lo)] (erf is increasing with slope at most
+// 2/sqrt(pi) = 1.1283791...), and erf(t.lo) in [y, next above y] for y = erf(t.lo) rounded down.
+void normal_cdf_narrow(Iv& o, const Iv& u, const GeluConstants& k) {
+  BallScratch& s = ball_scratch();
+  Iv& t = s.c;
+  mul(t, u, k.inv_sqrt2);
+  mpfr_erf(o.lo.get(), t.lo.get(), MPFR_RNDD);
+  mpfr_sub(s.w.get(), t.hi.get(), t.lo.get(), MPFR_RNDU);
+  mpfr_mul_d(s.w.get(), s.w.get(), 1.1284, MPFR_RNDU);
+  mpfr_set(o.hi.get(), o.lo.get(), MPFR_RNDU);
+  mpfr_nextabove(o.hi.get());
+  mpfr_add(o.hi.get(), o.hi.get(), s.w.get(), MPFR_RNDU);
+  mpfr_add_ui(o.lo.get(), o.lo.get(), 1, MPFR_RNDD);
+  mpfr_add_ui(o.hi.get(), o.hi.get(), 1, MPFR_RNDU);
+  mpfr_div_2ui(o.lo.get(), o.lo.get(), 1, MPFR_RNDD);
+  mpfr_div_2ui(o.hi.get(), o.hi.get(), 1, MPFR_RNDU);
+}
 void activation(Ball& o, const Ball& u, Activation act, const GeluConstants& k, Iv& cdf) {
   BallScratch& s = ball_scratch();
   to_interval(s.a, u);
-  activation(s.b, s.a, act, k, cdf);
+  if (act == Activation::gelu) {
+    normal_cdf_narrow(cdf, s.a, k);
+    mul(s.b, s.a, cdf);  // gelu(u) = u Phi(u)
+  } else {
+    activation(s.b, s.a, act, k, cdf);
+  }
   from_interval(o, s.b, s.m, s.t);
 }
 void activation_grad(Ball& o, const Ball& u, Activation act, const GeluConstants& k, const Iv& cdf) {
