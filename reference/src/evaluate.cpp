@@ -611,16 +611,8 @@ class Evaluator {
 
   void ziv_rstd(Output& o, std::int64_t i, Row& r) {
     for (int bits = opt_.start_bits;; bits *= 2) {
-      const Enclosure& e = r.rstd(bits);
-      double v, v64;
-      const bool ok = detail::decide(e, o.value.dtype, v) && detail::decide(e, DType::float64, v64);
       max_bits_used_ = std::max(max_bits_used_, bits);
-      if (ok || bits * 2 > opt_.max_bits) {
-        o.value.data[i] = ok ? v : detail::round_real(e.lo.get(), o.value.dtype);
-        o.f64[i] = ok ? v64 : detail::round_real(e.lo.get(), DType::float64);
-        o.certified[i] = ok;
-        return;
-      }
+      if (store_enclosure(o, i, r.rstd(bits), bits * 2 > opt_.max_bits)) return;
     }
   }
 
@@ -956,15 +948,20 @@ class Evaluator {
       Enclosure v(bits), t(bits);
       detail::enclose(t, k);
       detail::mul(v, t, r.rstd(bits));
-      double out, out64;
-      const bool ok = detail::decide(v, o.value.dtype, out) && detail::decide(v, DType::float64, out64);
-      if (ok || bits * 2 > opt_.max_bits) {
-        o.value.data[i] = ok ? out : detail::round_real(v.lo.get(), o.value.dtype);
-        o.f64[i] = ok ? out64 : detail::round_real(v.lo.get(), DType::float64);
-        o.certified[i] = ok;
-        return;
-      }
+      if (store_enclosure(o, i, v, bits * 2 > opt_.max_bits)) return;
     }
+  }
+
+  // Stores the roundings of the value e encloses when they are decided, or at the last
+  // precision the lower end's, uncertified; true when the element is done.
+  bool store_enclosure(Output& o, std::int64_t i, const Enclosure& e, bool last) {
+    double out, out64;
+    const bool ok = detail::decide(e, o.value.dtype, out) && detail::decide(e, DType::float64, out64);
+    if (!ok && !last) return false;
+    o.value.data[i] = ok ? out : detail::round_real(e.lo.get(), o.value.dtype);
+    o.f64[i] = ok ? out64 : detail::round_real(e.lo.get(), DType::float64);
+    o.certified[i] = ok;
+    return true;
   }
 
   void column_sum(Output& o, std::int64_t col, const ColumnSum& s) {
@@ -987,14 +984,7 @@ class Evaluator {
         detail::add(next, acc, term);
         std::swap(acc, next);
       }
-      double out, out64;
-      const bool ok = detail::decide(acc, o.value.dtype, out) && detail::decide(acc, DType::float64, out64);
-      if (ok || bits * 2 > opt_.max_bits) {
-        o.value.data[col] = ok ? out : detail::round_real(acc.lo.get(), o.value.dtype);
-        o.f64[col] = ok ? out64 : detail::round_real(acc.lo.get(), DType::float64);
-        o.certified[col] = ok;
-        return;
-      }
+      if (store_enclosure(o, col, acc, bits * 2 > opt_.max_bits)) return;
     }
   }
 
