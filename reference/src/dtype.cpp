@@ -79,7 +79,7 @@ bool representable(double v, DType t) {
   return round_to(v, t) == v;
 }
 
-RoundingGap rounding_gap(double t, DType fmt) {
+RoundingGap rounding_gap_general(double t, DType fmt) {
   const Format f = format_of(fmt);
   const double min_sub = std::ldexp(1.0, f.min_exp - f.precision + 1);
   if (t == 0.0) return {min_sub / 2, min_sub / 2};

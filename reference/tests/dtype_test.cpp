@@ -171,6 +171,29 @@ TEST(Rounding, BFloat16MatchesTheBitTrickOnFloat32Values) {
   }
 }
 
+TEST(RoundingGap, BitsAgreeWithTheDefinition) {
+  // rounding_gap's fast path (from t's bits) against rounding_gap_general (frexp/ldexp) over
+  // random values of every binade of binary64, subnormals, powers of two, each format's edges.
+  std::mt19937_64 rng(32);
+  std::vector<double> values = {0.0, -0.0, 0x1p-1074, 0x1p-1022, 0x1.fffffffffffffp-1023, 1.0, -1.0,
+                                0x1.fffffffffffffp+1023, 0x1p-126, 0x1p-149, 0x1p-14, 0x1p-24, 0x1p-133,
+                                65504.0, 0x1.fffffep+127, 0x1p-127, 0x1p-125, 0x1p-15, 0x1p-13};
+  for (int i = 0; i < 200000; ++i) {
+    auto bits = rng();
+    if (i % 4 == 0) bits &= ~0xfffffffffffffULL;  // a power of two
+    values.push_back(std::bit_cast<double>(bits));
+  }
+  for (DType t : {DType::float64, DType::float32, DType::float16, DType::bfloat16})
+    for (double v : values) {
+      if (!std::isfinite(v)) continue;
+      const RoundingGap a = rounding_gap(v, t), b = rounding_gap_general(v, t);
+      ASSERT_EQ(std::bit_cast<std::uint64_t>(a.below), std::bit_cast<std::uint64_t>(b.below))
+          << name_of(t) << " " << std::hexfloat << v;
+      ASSERT_EQ(std::bit_cast<std::uint64_t>(a.above), std::bit_cast<std::uint64_t>(b.above))
+          << name_of(t) << " " << std::hexfloat << v;
+    }
+}
+
 TEST(RoundingGap, BoundariesAreWhereRoundingChanges) {
   std::mt19937_64 rng(5);
   for (DType t : {DType::float32, DType::float16, DType::bfloat16}) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -69,7 +70,23 @@ struct RoundingGap {
   double below;
   double above;
 };
-RoundingGap rounding_gap(double t, DType fmt);
+RoundingGap rounding_gap_general(double t, DType fmt);  // the definition, for any t
+// The same gap from t's bits where t and the gap are normal binary64 values (the decisions of
+// the fast paths ask it for every element); anything else goes to rounding_gap_general.
+inline RoundingGap rounding_gap(double t, DType fmt) {
+  const auto bits = std::bit_cast<std::uint64_t>(t);
+  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
+  const Format f = format_of(fmt);
+  const int e = biased - 1023;                           // 2^e <= |t| < 2^(e+1)
+  const int h = (e > f.min_exp ? e : f.min_exp) - f.precision;  // half an ulp is 2^h
+  if (biased == 0 || biased == 0x7ff || h < -1022) return rounding_gap_general(t, fmt);
+  const double half_ulp = std::bit_cast<double>(static_cast<std::uint64_t>(h + 1023) << 52);
+  // At a power of two above the subnormal range the next value toward zero is half an ulp away.
+  const bool binade_start = (bits & 0xfffffffffffffULL) == 0 && e > f.min_exp;
+  const double toward_zero = binade_start ? half_ulp / 2 : half_ulp;
+  if (t > 0) return {toward_zero, half_ulp};
+  return {half_ulp, toward_zero};
+}
 
 // Storage of a value of the format (HDF5 datasets, plugin buffers, protocol payloads): its size
 // in bytes, and its bit pattern in the low storage_bytes(t) bytes (float16 and bfloat16 as their
