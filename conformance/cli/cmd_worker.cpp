@@ -5,8 +5,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "../subprocess/subprocess_candidate.hpp"
 #include "commands.hpp"
@@ -30,6 +32,16 @@ Runner add_worker_command(CLI::App& app) {
     }
     // A host that went away shows as a write error (and the worker exits), not as a signal.
     ::signal(SIGPIPE, SIG_IGN);
+    // A host killed outright (SIGKILL, a cancelled CI job) cannot stop its worker, and a kernel
+    // that never returns (or a lavapipe graph of minutes) would not read stdin's end for a long
+    // time: the worker watches its parent and exits once it has been orphaned (reparented).
+    const pid_t host = ::getppid();
+    std::thread([host] {
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        if (::getppid() != host) ::_exit(kExitInternal);
+      }
+    }).detach();
     std::unique_ptr<conf::Candidate> cand;
     try {
       cand = conf::make_candidate(*spec);  // in process: the worker is the isolation

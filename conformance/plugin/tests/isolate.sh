@@ -39,6 +39,40 @@ code=$?
 [[ "$(count "$tmp/hang.json" TIMEOUT)" -ge 1 && "$(count "$tmp/hang.json" FAILED)" -ge 2 ]] ||
   bad "isolated hang: want TIMEOUT cases and checked cases after them"
 
+# A host killed without a chance to stop its worker (SIGKILL, a cancelled CI job) leaves the
+# worker inside a kernel that never returns: the worker notices it was orphaned and exits.
+children_of() {  # the pids whose parent is $1 (from /proc: no procps needed)
+  local stat pid ppid
+  for stat in /proc/[0-9]*/stat; do
+    read -r pid _ _ ppid _ <"$stat" 2>/dev/null || continue
+    [[ "$ppid" == "$1" ]] && echo "$pid"
+  done
+}
+"$normcheck" run --candidate "plugin:$hang" --isolate --timeout 300 --fixtures "$smoke" "${cases[@]}" \
+  >"$tmp/orphan.out" 2>&1 &
+host=$!
+worker=""
+for _ in $(seq 100); do
+  worker=$(children_of "$host" | head -1)
+  [[ -n "$worker" ]] && break
+  sleep 0.1
+done
+if [[ -z "$worker" ]]; then
+  bad "orphaned worker: the host started none"
+else
+  sleep 3  # the first case is checked; the worker hangs in the second
+  kill -9 "$host"
+  wait "$host" 2>/dev/null
+  for _ in $(seq 50); do
+    kill -0 "$worker" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$worker" 2>/dev/null; then
+    bad "orphaned worker: still running 5 s after its host was killed"
+    kill -9 "$worker" 2>/dev/null
+  fi
+fi
+
 "$normcheck" run --candidate "plugin:$segv" --fixtures "$smoke" "${cases[@]}" \
   --json "$tmp/inproc.json" >"$tmp/out" 2>&1
 code=$?
