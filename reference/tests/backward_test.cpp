@@ -1,9 +1,7 @@
 // Backward reference: exact identities that hold without finite differences.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cmath>
-#include <cstdint>
 #include <numeric>
 #include <random>
 #include <string>
@@ -38,23 +36,6 @@ double sum_with_bound(const std::vector<double>& v, std::size_t begin, std::size
   // double sum adds n * 2^-64 relative error more.
   bound = static_cast<double>(m) * static_cast<double>(n) * 0x1p-50;
   return static_cast<double>(s);
-}
-
-void expect_same_outputs(const Result& a, const Result& b, const std::string& what) {
-  ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
-  for (const auto& [name, out] : a.outputs) {
-    const Output& other = b.outputs.at(name);
-    ASSERT_EQ(out.value.data.size(), other.value.data.size()) << what << " " << name;
-    for (std::size_t i = 0; i < out.value.data.size(); ++i) {
-      // Bit for bit: the sign of a zero too.
-      EXPECT_EQ(std::bit_cast<std::uint64_t>(out.value.data[i]), std::bit_cast<std::uint64_t>(other.value.data[i]))
-          << what << " " << name << "[" << i << "]: " << std::hexfloat << out.value.data[i] << " vs "
-          << other.value.data[i];
-      EXPECT_EQ(std::bit_cast<std::uint64_t>(out.f64[i]), std::bit_cast<std::uint64_t>(other.f64[i]))
-          << what << " " << name << " f64[" << i << "]";
-      EXPECT_EQ(out.certified[i], other.certified[i]) << what << " " << name << " certified[" << i << "]";
-    }
-  }
 }
 
 TEST(Backward, FastPathAgreesWithExactEverywhere) {
@@ -99,7 +80,7 @@ TEST(Backward, FastPathAgreesWithExactEverywhere) {
                                    " variant " + std::to_string(variant);
           EXPECT_GT(a.stats.fast, 0) << what;
           EXPECT_GT(a.stats.slow, 0) << what << ": the constant row goes to the exact path";
-          expect_same_outputs(a, b, what);
+          testing::expect_same_bits(a, b, what);
         }
       }
     }

@@ -1,8 +1,13 @@
 // Building cases in tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "normcheck/reference/case.hpp"
@@ -42,5 +47,23 @@ inline std::vector<double> normal_values(std::mt19937_64& rng, std::size_t n, do
 }
 
 inline bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+// Two evaluations of one case give the same outputs bit for bit (the sign of a zero too), with
+// the same certified flags: how a fast path is held to the exact one.
+inline void expect_same_bits(const Result& a, const Result& b, const std::string& what) {
+  ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
+  for (const auto& [name, out] : a.outputs) {
+    const Output& other = b.outputs.at(name);
+    ASSERT_EQ(out.value.data.size(), other.value.data.size()) << what << " " << name;
+    for (std::size_t i = 0; i < out.value.data.size(); ++i) {
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(out.value.data[i]), std::bit_cast<std::uint64_t>(other.value.data[i]))
+          << what << " " << name << "[" << i << "]: " << std::hexfloat << out.value.data[i] << " vs "
+          << other.value.data[i];
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(out.f64[i]), std::bit_cast<std::uint64_t>(other.f64[i]))
+          << what << " " << name << " f64[" << i << "]";
+      EXPECT_EQ(out.certified[i], other.certified[i]) << what << " " << name << " certified[" << i << "]";
+    }
+  }
+}
 
 }  // namespace normcheck::ref::testing
