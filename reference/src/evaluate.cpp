@@ -584,10 +584,7 @@ class Evaluator {
           nonfinite_param_element(y, i, r, col);
           continue;
         }
-        if (opt_.fast_path && fast_element(y, i, r, col, scale_a[col])) {
-          ++fast_;
-          continue;
-        }
+        if (opt_.fast_path && fast_element(y, i, r, col, scale_a[col])) continue;  // counted in fast_
         ++slow_;
         slow_element(y, i, r, col);
       }
@@ -634,12 +631,7 @@ class Evaluator {
       }
     }
     if (b_) v = detail::add(v, detail::exact_value(b_->data[col]));
-    double out, out64;
-    if (!detail::decide(v, y.value.dtype, out) || !detail::decide(v, DType::float64, out64)) return false;
-    y.value.data[i] = out;
-    y.f64[i] = out64;
-    y.certified[i] = 1;
-    return true;
+    return decide_into(y, i, v);
   }
 
   // Exact rationals when rstd is rational; otherwise MPFR enclosures, precision doubled until
