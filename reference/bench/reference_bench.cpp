@@ -34,8 +34,10 @@ Case make_case(Op op, std::int64_t rows) {
   return c;
 }
 
-// The uncertified baseline: binary64 two-pass statistics, output rounded to float32.
-void double_two_pass(const Case& c, std::vector<float>& y) {
+// The uncertified baseline: binary64 two-pass statistics (mean 0 for RMSNorm), then
+// y = (x - mean) * rstd * w + b handed to store(index, y) for every element.
+template <typename Store>
+void double_two_pass_rows(const Case& c, Store store) {
   const auto& x = c.inputs.at("x").data;
   const auto& w = c.inputs.at("weight").data;
   const auto& b = c.inputs.at("bias").data;
@@ -50,9 +52,13 @@ void double_two_pass(const Case& c, std::vector<float>& y) {
     double var = 0;
     for (std::int64_t i = 0; i < kCols; ++i) var += (row[i] - mean) * (row[i] - mean);
     const double rstd = 1 / std::sqrt(var / kCols + c.epsilon);
-    for (std::int64_t i = 0; i < kCols; ++i)
-      y[r * kCols + i] = static_cast<float>((row[i] - mean) * rstd * w[i] + b[i]);
+    for (std::int64_t i = 0; i < kCols; ++i) store(r * kCols + i, (row[i] - mean) * rstd * w[i] + b[i]);
   }
+}
+
+// The baseline with its output rounded to float32.
+void double_two_pass(const Case& c, std::vector<float>& y) {
+  double_two_pass_rows(c, [&](std::int64_t i, double v) { y[i] = static_cast<float>(v); });
 }
 
 void BM_DoubleTwoPass(benchmark::State& state) {
@@ -71,27 +77,11 @@ void BM_DoubleTwoPass(benchmark::State& state) {
 // certification: the floor of memory traffic the certified kernel pays for its output layout.
 void double_two_pass_result_layout(const Case& c, std::vector<double>& value, std::vector<double>& f64,
                                    std::vector<std::uint8_t>& certified) {
-  const auto& x = c.inputs.at("x").data;
-  const auto& w = c.inputs.at("weight").data;
-  const auto& b = c.inputs.at("bias").data;
-  const bool ln = c.op == Op::layernorm;
-  for (std::int64_t r = 0; r < kRows; ++r) {
-    const double* row = x.data() + r * kCols;
-    double mean = 0;
-    if (ln) {
-      for (std::int64_t i = 0; i < kCols; ++i) mean += row[i];
-      mean /= kCols;
-    }
-    double var = 0;
-    for (std::int64_t i = 0; i < kCols; ++i) var += (row[i] - mean) * (row[i] - mean);
-    const double rstd = 1 / std::sqrt(var / kCols + c.epsilon);
-    for (std::int64_t i = 0; i < kCols; ++i) {
-      const double y = (row[i] - mean) * rstd * w[i] + b[i];
-      f64[r * kCols + i] = y;
-      value[r * kCols + i] = static_cast<float>(y);
-      certified[r * kCols + i] = 1;
-    }
-  }
+  double_two_pass_rows(c, [&](std::int64_t i, double v) {
+    f64[i] = v;
+    value[i] = static_cast<float>(v);
+    certified[i] = 1;
+  });
 }
 
 void BM_DoubleTwoPassResultLayout(benchmark::State& state) {
