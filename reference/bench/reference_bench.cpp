@@ -124,8 +124,9 @@ void BM_CertifiedReused(benchmark::State& state) {
 }
 
 // What fixture generation does (fixtures/src/generate.cpp): each case goes into one of
-// 2 x threads slots in turn (4 for 2 threads) and reuses that slot's buffers, which are cold
-// in cache by then (4 x 70 MB here).
+// several slots in turn (2 with one thread; with more, up to 8 x threads, as many as the
+// weight of the cases in flight allows: 4 of these 1024x4096 cases with 2 threads) and reuses
+// that slot's buffers, which are cold in cache by then (4 x 70 MB here).
 void BM_CertifiedAsGeneration(benchmark::State& state) {
   const Case c = make_case(static_cast<Op>(state.range(0)), kRows);
   Result slots[4];
