@@ -8,7 +8,7 @@ then times, on the same datasets:
   2. h5py reads of the same datasets (inputs/, expected/, expected_f64/, certified/, outputs/)
      per case, then numpy.allclose(got, exact) (the usual test: fixed rtol/atol, no verdicts)
   3. with --read-baseline: fixtures_read_baseline, plain H5Dread of every dataset of every case
-     of both files into native buffers (the I/O floor: no checksum, no conversion, no verdicts)
+     of both files, the bytes as stored (the I/O floor: no checksum, no conversion, no verdicts)
 and prints elements compared per second for each.
 
 usage: check_speed.py --normcheck build/bin/normcheck --fixtures out/ci.h5 [--repeat 3]
@@ -103,7 +103,7 @@ def main():
     print(f"h5py + numpy.allclose:  {t_np:7.2f} s  {n_np / t_np / 1e6:8.2f} M elements/s  (all close: {ok})")
     print(f"ratio (normcheck / numpy speed): {t_np / t_check:.2f}")
     if t_floor is not None:
-        print(f"I/O floor (H5Dread of every dataset of both files, {floor_bytes / 2**20:.1f} MiB): {t_floor:7.2f} s")
+        print(f"I/O floor (H5Dread of every dataset of both files as stored, {floor_bytes / 2**20:.1f} MiB): {t_floor:7.2f} s")
         print(f"ratio (normcheck check / I/O floor): {t_check / t_floor:.2f}")
 
 

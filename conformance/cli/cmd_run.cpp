@@ -431,6 +431,7 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
   check->add_flag("--flush-subnormal-outputs", a->flush_subnormals,
                   "The program that wrote the outputs flushes subnormal results to zero: accept such zeros and count "
                   "them as flushed (conformance/TOLERANCE.md)");
+  check->add_option("--threads", a->threads, "Threads that judge cases (default: all cores); the results do not depend on it");
   return [a, list, run, check, &argv_all]() {
     if (list->parsed()) return run_list(*a);
     if (run->parsed()) return run_run(*a, argv_all, false);

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normcheck/fixtures/error.hpp"
+#include "normcheck/fixtures/pipeline.hpp"
 #include "normcheck/judge/checker_quant.hpp"
 #include "normcheck/judge/declared.hpp"
 #include "normcheck/version.hpp"
@@ -382,39 +383,41 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
   std::vector<std::string> ids;
   for (const auto& id : fids)
     if (selected(id, opt.case_globs)) ids.push_back(id);
-  // Reading (HDF5, one thread at a time) runs one case ahead of deriving and checking; the
-  // checksums and conversions of what it read are done on this thread, beside the next read.
-  using Pending = std::pair<fix::PendingCase, std::optional<fix::PendingCase>>;
-  auto load = [&](std::size_t i) {
-    Pending p;
-    p.first = fixtures.read_case_later(ids[i]);
-    if (std::binary_search(oids.begin(), oids.end(), ids[i])) p.second = outputs.read_outputs_case_later(ids[i]);
-    return p;
+  // Cases go through the ordered pipeline (fixtures/pipeline.hpp): this thread reads them (HDF5,
+  // one thread at a time) a few cases ahead; their checksums, conversions, allowances, verdicts
+  // and diagnoses are computed on `threads` threads in any order; and each case is reported
+  // (tally, on_case) here in case order, so the results do not depend on the thread count.
+  struct Slot {
+    std::optional<fix::PendingCase> fixture, outputs;
+    std::exception_ptr read_error;  // what reading the case threw, judged on a computing thread
+    std::string stop;               // the run stops at this case with this message
+    CaseResult res;
   };
-  using Pair = std::pair<fix::FixtureCase, std::optional<fix::OutputsCase>>;
-  std::future<Pending> next;
-  if (!ids.empty()) next = std::async(std::launch::async, load, 0);
-  for (std::size_t ci = 0; ci < ids.size(); ++ci) {
+  struct Stop {};
+  std::vector<std::uint64_t> weights;  // elements of each case's x, from its dataspace
+  for (const auto& id : ids) weights.push_back(fixtures.input_elements(id, "x"));
+  auto judge_case = [&](std::size_t ci, Slot& slot) {
     const std::string& id = ids[ci];
+    slot.stop.clear();
+    using Pair = std::pair<fix::FixtureCase, std::optional<fix::OutputsCase>>;
     Pair loaded;
     try {
-      Pending pending = next.get();
-      if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
+      if (slot.read_error) std::rethrow_exception(slot.read_error);
       // A damaged fixture stops the run. An outputs file's attributes are not ours (SCHEMA.md:
       // a checksum copied with the expected values it replaced is ignored, like any other).
-      loaded.first = std::move(pending.first).finish_checked();
-      if (pending.second) loaded.second = std::move(*pending.second).finish_outputs(nullptr);
+      loaded.first = std::move(*slot.fixture).finish_checked();
+      if (slot.outputs) loaded.second = std::move(*slot.outputs).finish_outputs(nullptr);
     } catch (const fix::FixtureError& e) {
       // A broken outputs file is the user's input error; a broken fixture file stops the run.
-      if (next.valid()) next.wait();
       if (std::string(e.what()).rfind(opt.outputs, 0) == 0) throw;
-      run.error = fmt::format("stopped at case {}: {}", id, e.what());
-      break;
+      slot.stop = fmt::format("stopped at case {}: {}", id, e.what());
+      return;
     } catch (const std::exception& e) {
-      if (next.valid()) next.wait();
-      run.error = fmt::format("stopped at case {}: {}", id, e.what());
-      break;
+      slot.stop = fmt::format("stopped at case {}: {}", id, e.what());
+      return;
     }
+    slot.fixture.reset();
+    slot.outputs.reset();
     fix::FixtureCase& fc = loaded.first;
     Outputs got;
     if (loaded.second) {
@@ -430,7 +433,8 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
     }
     const std::map<std::string, std::string> no_marks;
     const auto& marked = loaded.second ? loaded.second->unsupported : no_marks;  // SCHEMA.md, "Outputs files"
-    CaseResult res;
+    CaseResult& res = slot.res;
+    res = CaseResult{};
     if (marked.count("")) {
       res.case_id = id;
       res.verdict = Verdict::unsupported;
@@ -467,8 +471,32 @@ CandidateRun check_outputs_file(const RunOptions& opt) {
       explain_declared(res, fc, got, run.info.caps.reduction, check_options_of(run.info.caps));
     }
     describe_case(res, fc);
-    tally(run, res);
-    if (opt.on_case) opt.on_case(run, res);
+  };
+  try {
+    fix::pipeline<Slot>(
+        ids.size(), fix::thread_count(opt.threads), judge_case,
+        [&](std::size_t, Slot& slot) {
+          if (!slot.stop.empty()) {
+            run.error = std::move(slot.stop);
+            throw Stop{};
+          }
+          tally(run, slot.res);
+          if (opt.on_case) opt.on_case(run, slot.res);
+        },
+        [&](std::size_t ci, Slot& slot) {
+          slot.fixture.reset();
+          slot.outputs.reset();
+          slot.read_error = nullptr;
+          try {
+            slot.fixture = fixtures.read_case_later(ids[ci]);
+            if (std::binary_search(oids.begin(), oids.end(), ids[ci]))
+              slot.outputs = outputs.read_outputs_case_later(ids[ci]);
+          } catch (...) {
+            slot.read_error = std::current_exception();
+          }
+        },
+        &weights);
+  } catch (const Stop&) {
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   return run;

@@ -213,6 +213,67 @@ expect check-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mism
 grep -q "stopped early (run stopped: " "$tmp/out" && ! grep -q "conforms" "$tmp/out" && ok ||
   bad "check-damaged-fixture: the summary does not say the run stopped early: $(tail -c 400 "$tmp/out")"
 expect run-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- run --fixtures "$tmp/damaged.h5" --candidate builtin:cpu_welford --cases "$damaged_case"
+# The same damage in a case in the middle, judged on 3 threads (cases are read, judged and
+# reported through an ordered pipeline): the results file holds exactly the cases before it,
+# in order, and the error names it.
+cp "$fx" "$tmp/damaged_mid.h5"
+damaged_mid="$("$python" - "$tmp/damaged_mid.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    ids = [c for c in sorted(f["cases"]) if "expected_f64" in f["cases"][c]]
+    cid = ids[len(ids) // 2]
+    off = f[f"cases/{cid}/expected_f64"][sorted(f[f"cases/{cid}/expected_f64"])[0]].id.get_offset()
+with open(sys.argv[1], "r+b") as fh:
+    fh.seek(off + 2)
+    b = fh.read(1)
+    fh.seek(off + 2)
+    fh.write(bytes([b[0] ^ 0x04]))
+print(cid)
+PY
+)"
+expect check-damaged-middle 2 "case $damaged_mid: expected_f64/.*checksum mismatch" -- check --fixtures "$tmp/damaged_mid.h5" --outputs "$tmp/perfect.h5" --threads 3 --json "$tmp/dm.json"
+"$python" - "$tmp/dm.json" "$fx" "$damaged_mid" <<'PY' && ok || bad "check-damaged-middle: the results file is not the cases before the damaged one"
+import json, sys, h5py
+j = json.load(open(sys.argv[1]))
+with h5py.File(sys.argv[2]) as f:
+    ids = sorted(f["cases"])
+before = ids[:ids.index(sys.argv[3])]
+assert [c["case_id"] for c in j["cases"]] == before, [c["case_id"] for c in j["cases"]][-3:]
+assert j["error"].startswith(f"stopped at case {sys.argv[3]}: "), j["error"]
+PY
+# The results do not depend on --threads: outputs that fail (every float y times 1 + 2^-9, so
+# that the diagnosis runs too) and a partial file, judged on 1 and 3 threads.
+"$python" - "$fx" "$tmp/scaled.h5" <<'PY' || bad "writing scaled.h5"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2], "w") as o:
+    for cid in sorted(f["cases"]):
+        for name, ds in f["cases"][cid]["expected"].items():
+            data = ds[...]
+            if ds.dtype.kind == "f" and name == "y":
+                data = (data.astype(np.float64) * (1 + 2**-9)).astype(ds.dtype)
+            d = o.create_dataset(f"cases/{cid}/outputs/{name}", data=data)
+            for k in ("dtype", "packing"):
+                if ds.dtype.kind in "iu" and k in ds.attrs:
+                    d.attrs[k] = ds.attrs[k]
+PY
+for file in scaled partial; do
+  for threads in 1 3; do
+    "$normcheck" check --fixtures "$fx" --outputs "$tmp/$file.h5" --threads "$threads" --json "$tmp/$file-$threads.json" \
+      >"$tmp/$file-$threads.out" 2>&1
+    echo $? >"$tmp/$file-$threads.code"
+  done
+  "$python" - "$tmp/$file-1.json" "$tmp/$file-3.json" <<'PY' && cmp -s "$tmp/$file-1.code" "$tmp/$file-3.code" && ok ||
+import json, sys
+def strip(o):
+    if isinstance(o, dict): return {k: strip(v) for k, v in o.items() if k not in ("seconds", "command")}
+    if isinstance(o, list): return [strip(v) for v in o]
+    return o
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:3])
+assert a == b, "results differ"
+assert a["summary"]["FAILED"] + a["summary"]["MISSING"] > 0, a["summary"]
+PY
+    bad "check-threads-$file: the results on 1 and 3 threads differ"
+done
 expect check-empty-glob 1 "nothing was checked" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*'
 expect check-empty-glob-allowed 0 "" -- check --fixtures "$fx" --outputs "$tmp/perfect.h5" --cases 'nmr_*' --allow-empty
 
