@@ -417,7 +417,9 @@ Runner add_run_commands(CLI::App& app, std::vector<std::string>& argv_all) {
   run->add_flag("--ignore-flush-declaration", a->ignore_flush_declaration,
                 "Judge every candidate as if it did not declare flush-to-zero outputs: a zero where the correctly "
                 "rounded value is a subnormal FAILS (shows what the declaration excuses; conformance/TOLERANCE.md)");
-  run->add_option("--threads", a->threads, "Candidates run concurrently (default: all cores)");
+  run->add_option("--threads", a->threads,
+                  "Threads in all (default: all cores): candidates and cases run concurrently, each candidate one case "
+                  "at a time in case order; the results do not depend on it");
   run->add_flag("--expect-reject", a->expect_reject,
                 "Exit 0 only if every candidate is rejected (the mutation test of the suite)");
   auto* check = app.add_subcommand("check", "Check an outputs file written by any program against the fixtures");

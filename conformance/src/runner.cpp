@@ -6,20 +6,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <mutex>
 #include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -255,110 +254,158 @@ std::vector<CandidateRun> run_candidates(std::vector<std::unique_ptr<Candidate>>
       throw std::runtime_error(fmt::format("{}: cannot open the journal for writing: {}", opt.journal,
                                            std::strerror(errno)));
   }
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t threads =
-      std::min<std::size_t>(candidates.size(), opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : hw);
-  std::mutex report;
   const auto t_start = std::chrono::steady_clock::now();
-  // The next case is read (HDF5, one thread at a time) while the candidates run on this one;
-  // its checksums and conversions are done here, so they overlap the read after it.
-  auto load = [&](std::size_t i) { return reader.read_case_later(ids[i]); };
-  std::future<fix::PendingCase> next;
-  if (!ids.empty()) next = std::async(std::launch::async, load, 0);
-  for (std::size_t ci = 0; ci < ids.size(); ++ci) {
+  // Cases go through the ordered pipeline (fixtures/pipeline.hpp): this thread reads them (HDF5,
+  // one thread at a time) a few cases ahead; their checksums, conversions and allowances are
+  // computed on any of `threads` threads; each candidate then runs the case and has it judged
+  // in its turn: one case at a time and in case order for each candidate, its case i + 1 only
+  // after its case i was judged and journaled (so that an in-process candidate that kills the
+  // process loses no case checked before it), while other candidates and other cases' reading
+  // go on beside it. Results are reported (tally, on_case) on this thread in case order.
+  struct Slot {
+    std::optional<fix::PendingCase> pending;
+    std::exception_ptr read_error;
+    std::string stop;                 // the run stops at this case with this message
+    std::vector<CaseResult> results;  // one per candidate
+  };
+  struct Stop {};
+  std::mutex turn_mutex;
+  std::condition_variable turn_cv;
+  std::vector<std::size_t> turn(candidates.size(), 0);  // the case each candidate runs next
+  std::size_t stop_at = ids.size();                     // cases from here on run no candidate
+  std::mutex journal_mutex;
+  std::vector<std::uint64_t> weights;  // elements of each case's x, from its dataspace
+  for (const auto& id : ids) weights.push_back(reader.input_elements(id, "x"));
+  auto judge_case = [&](std::size_t ci, Slot& slot) {
     const std::string& id = ids[ci];
+    slot.stop.clear();
+    slot.results.assign(candidates.size(), CaseResult{});
     fix::FixtureCase fc;
     std::map<std::string, OutputAllowance> allow_any;  // any correct algorithm
     std::map<Reduction, std::map<std::string, OutputAllowance>> declared;
     try {
-      fix::PendingCase pending = next.get();
-      if (ci + 1 < ids.size()) next = std::async(std::launch::async, load, ci + 1);
-      fc = std::move(pending).finish_checked();  // a damaged fixture stops the run (exit 2)
+      if (slot.read_error) std::rethrow_exception(slot.read_error);
+      fc = std::move(*slot.pending).finish_checked();  // a damaged fixture stops the run (exit 2)
+      slot.pending.reset();
       if (!fc.c.quant) {  // quantized cases derive their own allowances (check_quant_case)
         allow_any = derive_allowances(fc.c);
         for (const auto& r : classes) declared[r] = derive_allowances(fc.c, r);
       }
     } catch (const std::exception& e) {
-      for (auto& r : runs) r.error = fmt::format("stopped at case {}: {}", id, e.what());
-      if (next.valid()) next.wait();
-      break;
+      slot.stop = fmt::format("stopped at case {}: {}", id, e.what());
     }
     CaseResult about;  // what the case is (op, dtype, rows' mean/sigma), the same for every candidate
-    describe_case(about, fc);
-    auto work = [&](std::size_t first) {
-      for (std::size_t i = first; i < candidates.size(); i += threads) {
-        CaseResult res;
-        res.case_id = id;
-        double diagnosis_s = 0;
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
-          if (auto why = candidates[i]->declines(fc.c)) {
-            res.verdict = Verdict::unsupported;
-            res.message = *why;
-          } else if (fc.c.quant) {
-            // Codes and scales (TOLERANCE.md, section 10), diagnosed by the dialects of class H.
-            const Outputs got = candidates[i]->run(fc.c);
-            res = check_quant_case(fc, got, check_options_of(runs[i].info.caps));
-            if (opt.diagnose && diagnosable(res)) {
-              const auto d0 = std::chrono::steady_clock::now();
-              res.diagnosis = diagnose_quant(fc, got, res);
-              res.diagnosed = true;
-              diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
-            }
-          } else {
-            const Outputs got = candidates[i]->run(fc.c);
-            const auto judged = judged_outputs(fc, candidates[i]->info().caps);
-            const fix::FixtureCase& jc = judged ? *judged : fc;
-            // Judged under its reduction class (TOLERANCE.md, section 9): the class's allowances.
-            const Reduction& red = runs[i].info.caps.reduction;
-            const auto& allow = red.is_any() ? allow_any : declared.at(red);
-            res = check_case(jc, got, allow, check_options_of(runs[i].info.caps));
-            if (opt.diagnose && diagnosable(res)) {
-              const auto d0 = std::chrono::steady_clock::now();
-              res.diagnosis = diagnose(jc, got, allow);
-              res.diagnosed = true;
-              diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
-            }
-            explain_declared(res, jc, got, red, check_options_of(runs[i].info.caps));
-          }
-        } catch (const CandidateDeclined& e) {
-          res.verdict = Verdict::unsupported;
-          res.message = e.what();
-        } catch (const CandidateTimeout& e) {
-          res.verdict = Verdict::timeout;
-          res.message = e.what();
-        } catch (const std::exception& e) {
-          res.verdict = Verdict::crashed;
-          res.message = e.what();
-        }
-        res.case_id = id;
-        // The candidate's time with the check (as before the diagnosis existed), not the diagnosis's.
-        res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - diagnosis_s;
-        res.op = about.op;
-        res.direction = about.direction;
-        res.block = about.block;
-        res.dtype = about.dtype;
-        res.category = about.category;
-        res.normalized_size = about.normalized_size;
-        res.row_mean_over_sigma = about.row_mean_over_sigma;
-        std::lock_guard lock(report);
-        tally(runs[i], res);
-        if (journal) {
-          Json line = case_json(res, nullptr);
-          line["candidate"] = runs[i].info.name;
-          std::fputs((line.dump() + "\n").c_str(), journal);
-          std::fflush(journal);
-        }
-        if (opt.on_case) opt.on_case(runs[i], res);
+    if (slot.stop.empty()) describe_case(about, fc);
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      {
+        std::unique_lock lock(turn_mutex);
+        turn_cv.wait(lock, [&] { return turn[i] == ci; });
+        if (!slot.stop.empty()) stop_at = std::min(stop_at, ci);
       }
-    };
-    if (threads <= 1) {
-      work(0);
-    } else {
-      std::vector<std::future<void>> futures;
-      for (std::size_t t = 0; t < threads; ++t) futures.push_back(std::async(std::launch::async, work, t));
-      for (auto& f : futures) f.get();
+      // Gives the candidate's turn to the next case however this one ends.
+      struct NextTurn {
+        std::mutex& m;
+        std::condition_variable& cv;
+        std::size_t& t;
+        ~NextTurn() {
+          {
+            std::lock_guard lock(m);
+            ++t;
+          }
+          cv.notify_all();
+        }
+      } next_turn{turn_mutex, turn_cv, turn[i]};
+      {
+        std::lock_guard lock(turn_mutex);
+        if (ci >= stop_at) continue;
+      }
+      CaseResult& res = slot.results[i];
+      res.case_id = id;
+      double diagnosis_s = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        if (auto why = candidates[i]->declines(fc.c)) {
+          res.verdict = Verdict::unsupported;
+          res.message = *why;
+        } else if (fc.c.quant) {
+          // Codes and scales (TOLERANCE.md, section 10), diagnosed by the dialects of class H.
+          const Outputs got = candidates[i]->run(fc.c);
+          res = check_quant_case(fc, got, check_options_of(runs[i].info.caps));
+          if (opt.diagnose && diagnosable(res)) {
+            const auto d0 = std::chrono::steady_clock::now();
+            res.diagnosis = diagnose_quant(fc, got, res);
+            res.diagnosed = true;
+            diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
+          }
+        } else {
+          const Outputs got = candidates[i]->run(fc.c);
+          const auto judged = judged_outputs(fc, candidates[i]->info().caps);
+          const fix::FixtureCase& jc = judged ? *judged : fc;
+          // Judged under its reduction class (TOLERANCE.md, section 9): the class's allowances.
+          const Reduction& red = runs[i].info.caps.reduction;
+          const auto& allow = red.is_any() ? allow_any : declared.at(red);
+          res = check_case(jc, got, allow, check_options_of(runs[i].info.caps));
+          if (opt.diagnose && diagnosable(res)) {
+            const auto d0 = std::chrono::steady_clock::now();
+            res.diagnosis = diagnose(jc, got, allow);
+            res.diagnosed = true;
+            diagnosis_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
+          }
+          explain_declared(res, jc, got, red, check_options_of(runs[i].info.caps));
+        }
+      } catch (const CandidateDeclined& e) {
+        res.verdict = Verdict::unsupported;
+        res.message = e.what();
+      } catch (const CandidateTimeout& e) {
+        res.verdict = Verdict::timeout;
+        res.message = e.what();
+      } catch (const std::exception& e) {
+        res.verdict = Verdict::crashed;
+        res.message = e.what();
+      }
+      res.case_id = id;
+      // The candidate's time with the check (as before the diagnosis existed), not the diagnosis's.
+      res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - diagnosis_s;
+      res.op = about.op;
+      res.direction = about.direction;
+      res.block = about.block;
+      res.dtype = about.dtype;
+      res.category = about.category;
+      res.normalized_size = about.normalized_size;
+      res.row_mean_over_sigma = about.row_mean_over_sigma;
+      if (journal) {
+        Json line = case_json(res, nullptr);
+        line["candidate"] = runs[i].info.name;
+        std::lock_guard lock(journal_mutex);
+        std::fputs((line.dump() + "\n").c_str(), journal);
+        std::fflush(journal);
+      }
     }
+  };
+  try {
+    fix::pipeline<Slot>(
+        ids.size(), fix::thread_count(opt.threads), judge_case,
+        [&](std::size_t, Slot& slot) {
+          if (!slot.stop.empty()) {
+            for (auto& r : runs) r.error = slot.stop;
+            throw Stop{};
+          }
+          for (std::size_t i = 0; i < candidates.size(); ++i) {
+            tally(runs[i], slot.results[i]);
+            if (opt.on_case) opt.on_case(runs[i], slot.results[i]);
+          }
+        },
+        [&](std::size_t ci, Slot& slot) {
+          slot.pending.reset();
+          slot.read_error = nullptr;
+          try {
+            slot.pending = reader.read_case_later(ids[ci]);
+          } catch (...) {
+            slot.read_error = std::current_exception();
+          }
+        },
+        &weights);
+  } catch (const Stop&) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   for (auto& r : runs) r.seconds = secs;

@@ -241,6 +241,41 @@ before = ids[:ids.index(sys.argv[3])]
 assert [c["case_id"] for c in j["cases"]] == before, [c["case_id"] for c in j["cases"]][-3:]
 assert j["error"].startswith(f"stopped at case {sys.argv[3]}: "), j["error"]
 PY
+expect run-damaged-middle 2 "case $damaged_mid: expected_f64/.*checksum mismatch" -- run --candidate builtin:cpu_welford --fixtures "$tmp/damaged_mid.h5" --threads 3 --json "$tmp/rdm.json" --force
+"$python" - "$tmp/rdm.json" "$fx" "$damaged_mid" <<'PY' && ok || bad "run-damaged-middle: the results file is not the cases before the damaged one"
+import json, sys, h5py
+j = json.load(open(sys.argv[1]))
+with h5py.File(sys.argv[2]) as f:
+    ids = sorted(f["cases"])
+assert [c["case_id"] for c in j["cases"]] == ids[:ids.index(sys.argv[3])], [c["case_id"] for c in j["cases"]][-3:]
+assert j["error"].startswith(f"stopped at case {sys.argv[3]}: "), j["error"]
+PY
+# `run` on 1 and 3 threads: a mutant (failures, diagnosed) and the correct builtins together
+# (each candidate runs one case at a time in case order; candidates and cases overlap): the same
+# results files and the same printed verdicts.
+for threads in 1 3; do
+  mkdir -p "$tmp/rt-$threads"
+  "$normcheck" run --candidate builtin:mut_eps_outside_sqrt --fixtures "$fx" --threads "$threads" \
+    --json "$tmp/rt-$threads/mutant.json" >"$tmp/rt-$threads/mutant.out" 2>&1
+  "$normcheck" run --builtins correct --fixtures "$fx" --threads "$threads" --json-dir "$tmp/rt-$threads/correct" \
+    >"$tmp/rt-$threads/correct.out" 2>&1
+done
+"$python" - "$tmp/rt-1" "$tmp/rt-3" <<'PY' && ok || bad "run-threads: the results on 1 and 3 threads differ"
+import glob, json, os, sys
+def strip(o):
+    if isinstance(o, dict): return {k: strip(v) for k, v in o.items() if k not in ("seconds", "command")}
+    if isinstance(o, list): return [strip(v) for v in o]
+    return o
+one = sorted(os.path.relpath(p, sys.argv[1]) for p in glob.glob(sys.argv[1] + "/**/*.json", recursive=True))
+assert len(one) > 2 and "mutant.json" in one, one
+for rel in one:
+    a, b = (strip(json.load(open(os.path.join(d, rel)))) for d in sys.argv[1:3])
+    assert a == b, rel
+assert json.load(open(sys.argv[1] + "/mutant.json"))["summary"]["FAILED"] > 0
+for name in ("mutant.out", "correct.out"):
+    lines = [[l for l in open(os.path.join(d, name)) if "second" not in l] for d in sys.argv[1:3]]
+    assert lines[0] == lines[1], name
+PY
 # The results do not depend on --threads: outputs that fail (every float y times 1 + 2^-9, so
 # that the diagnosis runs too) and a partial file, judged on 1 and 3 threads.
 "$python" - "$fx" "$tmp/scaled.h5" <<'PY' || bad "writing scaled.h5"

@@ -52,8 +52,10 @@ struct RunOptions {
   // outputs (Capabilities::flush_subnormal_outputs): a flushed subnormal then FAILS. What the
   // declaration excuses, shown (a real library's recorded finding: docs/FINDINGS.md).
   bool ignore_flush_declaration = false;
-  int threads = 0;                      // candidates run concurrently (0: hardware threads)
-  // Called after each checked case (from one thread at a time).
+  // Threads in all (0: hardware threads): cases read ahead, allowances derived and candidates run
+  // concurrently; each candidate runs one case at a time, in case order. Results do not depend on it.
+  int threads = 0;
+  // Called after each checked case, on the calling thread, in case order (candidates in order).
   std::function<void(const CandidateRun&, const CaseResult&)> on_case;
   // Journal: one JSON line per checked case is appended here (flushed), so that results are
   // kept even if an in-process plugin kills the process. Empty: none.
