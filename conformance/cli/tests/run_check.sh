@@ -195,33 +195,14 @@ expect check-alien 2 "case not_a_case is not in the fixture file" -- check --fix
 expect check-not-hdf5 2 "is not an HDF5 file" -- check --fixtures "$fx" --outputs "$tmp/text.h5"
 # A damaged fixture file (one bit of a certified binary64 value flipped on disk): check and run
 # stop with exit 2 naming the dataset, rather than judge the candidate against changed values.
-cp "$fx" "$tmp/damaged.h5"
-damaged_case="$("$python" - "$tmp/damaged.h5" <<'PY'
-import sys, h5py
-with h5py.File(sys.argv[1], "r") as f:
-    cid = sorted(f["cases"])[0]
-    off = f[f"cases/{cid}/expected_f64"][sorted(f[f"cases/{cid}/expected_f64"])[0]].id.get_offset()
-with open(sys.argv[1], "r+b") as fh:
-    fh.seek(off + 2)
-    b = fh.read(1)
-    fh.seek(off + 2)
-    fh.write(bytes([b[0] ^ 0x04]))
-print(cid)
-PY
-)"
-expect check-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- check --fixtures "$tmp/damaged.h5" --outputs "$tmp/perfect.h5"
-grep -q "stopped early (run stopped: " "$tmp/out" && ! grep -q "conforms" "$tmp/out" && ok ||
-  bad "check-damaged-fixture: the summary does not say the run stopped early: $(tail -c 400 "$tmp/out")"
-expect run-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- run --fixtures "$tmp/damaged.h5" --candidate builtin:cpu_welford --cases "$damaged_case"
-# The same damage in a case in the middle, judged on 3 threads (cases are read, judged and
-# reported through an ordered pipeline): the results file holds exactly the cases before it,
-# in order, and the error names it.
-cp "$fx" "$tmp/damaged_mid.h5"
-damaged_mid="$("$python" - "$tmp/damaged_mid.h5" <<'PY'
+# damage SRC DST first|middle: a copy of SRC with that case damaged; prints the case's id.
+damage() {
+  cp "$1" "$2"
+  "$python" - "$2" "$3" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     ids = [c for c in sorted(f["cases"]) if "expected_f64" in f["cases"][c]]
-    cid = ids[len(ids) // 2]
+    cid = ids[0] if sys.argv[2] == "first" else ids[len(ids) // 2]
     off = f[f"cases/{cid}/expected_f64"][sorted(f[f"cases/{cid}/expected_f64"])[0]].id.get_offset()
 with open(sys.argv[1], "r+b") as fh:
     fh.seek(off + 2)
@@ -230,19 +211,11 @@ with open(sys.argv[1], "r+b") as fh:
     fh.write(bytes([b[0] ^ 0x04]))
 print(cid)
 PY
-)"
-expect check-damaged-middle 2 "case $damaged_mid: expected_f64/.*checksum mismatch" -- check --fixtures "$tmp/damaged_mid.h5" --outputs "$tmp/perfect.h5" --threads 3 --json "$tmp/dm.json"
-"$python" - "$tmp/dm.json" "$fx" "$damaged_mid" <<'PY' && ok || bad "check-damaged-middle: the results file is not the cases before the damaged one"
-import json, sys, h5py
-j = json.load(open(sys.argv[1]))
-with h5py.File(sys.argv[2]) as f:
-    ids = sorted(f["cases"])
-before = ids[:ids.index(sys.argv[3])]
-assert [c["case_id"] for c in j["cases"]] == before, [c["case_id"] for c in j["cases"]][-3:]
-assert j["error"].startswith(f"stopped at case {sys.argv[3]}: "), j["error"]
-PY
-expect run-damaged-middle 2 "case $damaged_mid: expected_f64/.*checksum mismatch" -- run --candidate builtin:cpu_welford --fixtures "$tmp/damaged_mid.h5" --threads 3 --json "$tmp/rdm.json" --force
-"$python" - "$tmp/rdm.json" "$fx" "$damaged_mid" <<'PY' && ok || bad "run-damaged-middle: the results file is not the cases before the damaged one"
+}
+# stopped_before RESULTS CASE: the results file holds exactly the cases before CASE, in order,
+# and its error names CASE.
+stopped_before() {
+  "$python" - "$1" "$fx" "$2" <<'PY'
 import json, sys, h5py
 j = json.load(open(sys.argv[1]))
 with h5py.File(sys.argv[2]) as f:
@@ -250,6 +223,19 @@ with h5py.File(sys.argv[2]) as f:
 assert [c["case_id"] for c in j["cases"]] == ids[:ids.index(sys.argv[3])], [c["case_id"] for c in j["cases"]][-3:]
 assert j["error"].startswith(f"stopped at case {sys.argv[3]}: "), j["error"]
 PY
+}
+damaged_case="$(damage "$fx" "$tmp/damaged.h5" first)"
+expect check-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- check --fixtures "$tmp/damaged.h5" --outputs "$tmp/perfect.h5"
+grep -q "stopped early (run stopped: " "$tmp/out" && ! grep -q "conforms" "$tmp/out" && ok ||
+  bad "check-damaged-fixture: the summary does not say the run stopped early: $(tail -c 400 "$tmp/out")"
+expect run-damaged-fixture 2 "case $damaged_case: expected_f64/.*checksum mismatch" -- run --fixtures "$tmp/damaged.h5" --candidate builtin:cpu_welford --cases "$damaged_case"
+# The same damage in a case in the middle, on 3 threads (cases are read, judged and reported
+# through an ordered pipeline): the results file holds exactly the cases before it.
+damaged_mid="$(damage "$fx" "$tmp/damaged_mid.h5" middle)"
+expect check-damaged-middle 2 "case $damaged_mid: expected_f64/.*checksum mismatch" -- check --fixtures "$tmp/damaged_mid.h5" --outputs "$tmp/perfect.h5" --threads 3 --json "$tmp/dm.json"
+stopped_before "$tmp/dm.json" "$damaged_mid" && ok || bad "check-damaged-middle: the results file is not the cases before the damaged one"
+expect run-damaged-middle 2 "case $damaged_mid: expected_f64/.*checksum mismatch" -- run --candidate builtin:cpu_welford --fixtures "$tmp/damaged_mid.h5" --threads 3 --json "$tmp/rdm.json" --force
+stopped_before "$tmp/rdm.json" "$damaged_mid" && ok || bad "run-damaged-middle: the results file is not the cases before the damaged one"
 # `run` on 1 and 3 threads: a mutant (failures, diagnosed) and the correct builtins together
 # (each candidate runs one case at a time in case order; candidates and cases overlap): the same
 # results files and the same printed verdicts.
