@@ -320,7 +320,8 @@ void write_fixture(const fix::FixtureCase& fc, const std::string& path, bool ove
   prov.reference_bits = ref::Options{}.max_bits;
   prov.tier = "user";
   prov.command = command;
-  // HDF5 (Debian's serial build) is not thread-safe: its calls keep the GIL.
+  // HDF5 runs one call at a time (Debian's build: one global lock), and h5py in the same process
+  // calls it holding the GIL: these calls keep the GIL too.
   fix::FixtureWriter w(path, prov, overwrite);
   w.write(fc);
   w.commit();
