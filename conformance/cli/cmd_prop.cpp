@@ -30,6 +30,7 @@ struct PropArgs {
   bool allow_empty = false;  // every property UNSUPPORTED may exit 0
   std::string reduction;     // --reduction CLASS
   double timeout = 0, startup_timeout = 0;
+  double log_every = 60;  // --log-every: seconds between progress lines when stderr is not a terminal
 };
 
 int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
@@ -46,6 +47,10 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
   }
   if (a.tests < 1 || a.max_size < 1 || a.max_hidden < 1) {
     fmt::print(stderr, "normcheck prop: --tests, --max-size and --max-hidden must be >= 1\n");
+    return kExitBadInput;
+  }
+  if (!(a.log_every >= 0) || !std::isfinite(a.log_every)) {
+    fmt::print(stderr, "normcheck prop: --log-every {} must be a finite number of seconds >= 0\n", a.log_every);
     return kExitBadInput;
   }
   if (emulation && a.isolate) {
@@ -137,11 +142,22 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
         fmt::print(stderr, "\r\033[K{} {}: {} tests{}", a.candidate, p->name, tests,
                    shrinks ? fmt::format(", {} shrinks", shrinks) : std::string());
       };
-    else  // a log: one line per 1000 passed tests, so that a long run killed early says how far it got
-      opt.progress = [&](int tests, int) {
-        if (tests % 1000 != 0 || tests == last_logged) return;
+    else  // a log: a line per 1000 passed tests, and one every --log-every seconds (a slow
+          // candidate, a CI system that stops a job silent for ten minutes), when there is news
+      opt.progress = [&, t_property = std::chrono::steady_clock::now(), t_logged = std::chrono::steady_clock::now(),
+                      logged_shrinks = 0](int tests, int shrinks) mutable {
+        const auto now = std::chrono::steady_clock::now();
+        const bool thousand = shrinks == 0 && tests % 1000 == 0 && tests != last_logged;
+        const bool timed = a.log_every > 0 &&
+                           std::chrono::duration<double>(now - t_logged).count() >= a.log_every &&
+                           (tests != last_logged || shrinks != logged_shrinks);
+        if (!thousand && !timed) return;
         last_logged = tests;
-        fmt::print(stderr, "{} {}: {} tests passed\n", a.candidate, p->name, tests);
+        logged_shrinks = shrinks;
+        t_logged = now;
+        fmt::print(stderr, "{} {}: {} tests passed{}, {:.0f} s\n", a.candidate, p->name, tests,
+                   shrinks ? fmt::format(", shrinking ({} steps)", shrinks) : std::string(),
+                   std::chrono::duration<double>(now - t_property).count());
       };
     prop::PropertyResult r;
     try {
@@ -340,6 +356,9 @@ Runner add_prop_command(CLI::App& app, std::vector<std::string>& argv_all) {
   cmd->add_option("--startup-timeout", a->startup_timeout,
                   "Seconds a subprocess candidate may take to start, up to its hello (0: the larger of --timeout "
                   "and 120)");
+  cmd->add_option("--log-every", a->log_every,
+                  "When stderr is not a terminal: a progress line every 1000 passed tests and at least every this "
+                  "many seconds (default 60; 0: only every 1000)");
   cmd->add_flag("--list", a->list, "List the properties (with --candidate shard:emulation: the sharded ones)");
   cmd->add_flag("--allow-empty", a->allow_empty, "Exit 0 even when every property was UNSUPPORTED (nothing checked)");
   return [a, cmd, &argv_all]() { return cmd->parsed() ? run_prop(*a, argv_all) : kExitBadInput; };
