@@ -136,7 +136,6 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     opt.shrink = !a.no_shrink;
     opt.quant_only = a.quant_only;
     opt.reduction = reduction;
-    int last_logged = 0;
     if (tty)
       opt.progress = [&](int tests, int shrinks) {
         fmt::print(stderr, "\r\033[K{} {}: {} tests{}", a.candidate, p->name, tests,
@@ -145,14 +144,14 @@ int run_prop(const PropArgs& a, const std::vector<std::string>& argv_all) {
     else  // a log: a line per 1000 passed tests, and one every --log-every seconds (a slow
           // candidate, a CI system that stops a job silent for ten minutes), when there is news
       opt.progress = [&, t_property = std::chrono::steady_clock::now(), t_logged = std::chrono::steady_clock::now(),
-                      logged_shrinks = 0](int tests, int shrinks) mutable {
+                      logged_tests = 0, logged_shrinks = 0](int tests, int shrinks) mutable {
         const auto now = std::chrono::steady_clock::now();
-        const bool thousand = shrinks == 0 && tests % 1000 == 0 && tests != last_logged;
+        const bool thousand = shrinks == 0 && tests % 1000 == 0 && tests != logged_tests;
         const bool timed = a.log_every > 0 &&
                            std::chrono::duration<double>(now - t_logged).count() >= a.log_every &&
-                           (tests != last_logged || shrinks != logged_shrinks);
+                           (tests != logged_tests || shrinks != logged_shrinks);
         if (!thousand && !timed) return;
-        last_logged = tests;
+        logged_tests = tests;
         logged_shrinks = shrinks;
         t_logged = now;
         fmt::print(stderr, "{} {}: {} tests passed{}, {:.0f} s\n", a.candidate, p->name, tests,
