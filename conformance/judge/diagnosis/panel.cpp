@@ -317,15 +317,84 @@ std::vector<Variant> rows_not_computed_variants(const Ctx& x) {
   return {Variant{k, {{"first_row_not_computed", static_cast<double>(u->first)}}}};
 }
 
+// The k < rows whose column sums the candidate's dweight and dbias are, fitted: the float64
+// prefix sums over the rows of the spec's terms (dy x-hat, dy) match every column of both within
+// what a floating-point sum of k terms can err, 8 u sqrt(k) times the largest partial sum (u of
+// float32, or of a coarser compute dtype), and the full sums do not. None with a residual (its
+// h is not modelled here), one column (a one-dimensional path of prefix sums passes near any
+// value), non-finite outputs, or beyond 2^27 elements (one pass over the case is the cost).
+std::optional<std::int64_t> fitted_colsum_rows(const Ctx& x) {
+  const std::int64_t rows = x.g.rows, n = x.g.cols;
+  const ref::Tensor* xt = input(x.c, "x");
+  const ref::Tensor* dy = input(x.c, "dy");
+  if (!xt || !dy || x.c.residual != ref::Residual::none || n < 2 || rows < 2 || rows * n > (std::int64_t{1} << 27))
+    return std::nullopt;
+  std::vector<std::pair<bool, const std::vector<double>*>> sums;  // (terms dy x-hat, got)
+  for (const auto& [name, of_xhat] : {std::pair{"dweight", true}, std::pair{"dbias", false}}) {
+    const auto it = x.got.find(name);
+    if (it == x.got.end()) continue;
+    if (it->second.data.size() != static_cast<std::size_t>(n)) return std::nullopt;
+    for (double v : it->second.data)
+      if (!std::isfinite(v)) return std::nullopt;
+    sums.emplace_back(of_xhat, &it->second.data);
+  }
+  if (sums.empty()) return std::nullopt;
+  const long double u = std::max(ref::unit_roundoff(DType::float32), ref::unit_roundoff(x.c.dtype_compute));
+  const std::size_t S = sums.size(), N = static_cast<std::size_t>(n);
+  std::vector<long double> prefix(S * N, 0), largest(S * N, 0), xh(N);
+  std::optional<std::int64_t> best;
+  long double best_ratio = 1;  // a fit must be within the bound: ratio <= 1
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto at = [&](std::int64_t j) { return static_cast<std::size_t>(x.g.row_base[r] + x.g.col_delta[j]); };
+    long double mean = 0, var = 0;
+    for (std::int64_t j = 0; x.spec.centre && j < n; ++j) mean += xt->data[at(j)];
+    mean /= static_cast<long double>(n);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const long double d = xt->data[at(j)] - mean;
+      var += d * d;
+    }
+    const long double rstd = 1 / std::sqrt(var / static_cast<long double>(n) + static_cast<long double>(x.c.epsilon));
+    for (std::int64_t j = 0; j < n; ++j) xh[static_cast<std::size_t>(j)] = (xt->data[at(j)] - mean) * rstd;
+    const std::int64_t k = r + 1;
+    long double ratio = 0;
+    for (std::size_t s = 0; s < S; ++s)
+      for (std::size_t j = 0; j < N; ++j) {
+        const long double d = dy->data[at(static_cast<std::int64_t>(j))];
+        const long double t = sums[s].first ? d * xh[j] : d;
+        long double& p = prefix[s * N + j];
+        p += t;
+        long double& m = largest[s * N + j];
+        m = std::max({m, std::fabs(p), std::fabs(t)});
+        const long double bound = 8 * u * std::sqrt(static_cast<long double>(k)) * m;
+        const long double err = std::fabs(p - (*sums[s].second)[j]);
+        ratio = std::max(ratio, bound > 0 ? err / bound : (err > 0 ? kInf : 0));
+      }
+    if (k == rows) return ratio <= 1 ? std::nullopt : best;  // the full sums fit: no fault of this kind
+    if (ratio <= best_ratio) {
+      best_ratio = ratio;
+      best = k;
+    }
+  }
+  return std::nullopt;
+}
+
 // dweight/dbias summed over the rows of one launch grid only: limits of grids and blocks that
-// real column-sum kernels have (1024 threads, 65535 blocks), each below the case's row count.
+// real column-sum kernels have (1024 threads, 65535 blocks), each below the case's row count;
+// and the number of rows the outputs say were summed (fitted, above), where that is another.
 std::vector<Variant> colsum_rows_variants(const Ctx& x) {
   std::vector<Variant> out;
+  const std::int64_t rows = ref::geometry_of(x.c).rows;
   for (std::int64_t limit : {256, 1024, 4096, 65535}) {
-    if (limit >= ref::geometry_of(x.c).rows) break;
+    if (limit >= rows) break;
     K k = x.spec;
     k.colsum_rows = limit;
     out.push_back(Variant{k, {{"rows_summed", static_cast<double>(limit)}}});
+  }
+  if (const auto fit = fitted_colsum_rows(x);
+      fit && std::none_of(out.begin(), out.end(), [&](const Variant& v) { return v.k.colsum_rows == *fit; })) {
+    K k = x.spec;
+    k.colsum_rows = *fit;
+    out.push_back(Variant{k, {{"rows_summed", static_cast<double>(*fit)}}});
   }
   return out;
 }

@@ -395,6 +395,43 @@ TEST(Diagnosis, ColumnSumsOverTheFirstRowsOnly) {
   }
 }
 
+// A count of rows that is no grid limit (the partial sums of lavapipe's loop limit, docs/FINDINGS.md
+// #lavapipe-loop-limit): column_sums_first_rows fits it from the outputs and names it, for
+// LayerNorm (dweight and dbias) and RMSNorm (dweight only); the terms again from the reference on
+// the case with dy zero beyond them.
+TEST(Diagnosis, ColumnSumsOverAFittedNumberOfRows) {
+  const auto fitted = [](const std::vector<Diagnosis>& d) {
+    ASSERT_FALSE(d.empty());
+    EXPECT_EQ(d[0].dialect, "column_sums_first_rows") << ranking_of(d);
+    EXPECT_TRUE(d[0].explains) << d[0].evidence;
+    EXPECT_EQ(d[0].parameters.at("rows_summed"), 2000);
+  };
+  const auto ln = fixture_of(ln_backward_case(3000, 21));
+  fitted(diagnose(ln, with_first_rows_summed(ln, 2000)));
+
+  auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 3000, 6, 0, 1);
+  std::mt19937_64 rng(22);
+  c.direction = ref::Direction::backward;
+  c.inputs["dy"] = ref::Tensor{DType::float32, {3000, 6}, normal(rng, 3000 * 6, 0, 1, DType::float32)};
+  const auto rms = fixture_of(c);
+  auto part = c;
+  for (std::size_t i = 2000 * 6; i < part.inputs["dy"].data.size(); ++i) part.inputs["dy"].data[i] = 0;
+  Outputs got;
+  for (const auto& [name, out] : rms.expected) got[name] = out.value;
+  got["dweight"] = fixture_of(part).expected.at("dweight").value;
+  fitted(diagnose(rms, got));
+  // The certified outputs: no count is fitted to them, nothing is named.
+  for (const auto& x : diagnose(rms, [&] {
+         Outputs right;
+         for (const auto& [name, out] : rms.expected) right[name] = out.value;
+         return right;
+       }(), {.keep = 100}))
+    if (x.dialect == "column_sums_first_rows") {
+      EXPECT_FALSE(x.explains) << x.evidence;
+      EXPECT_EQ(x.parameters.at("rows_summed"), 256) << "only the grid limits are tried on right outputs";
+    }
+}
+
 // dweight with x-hat rebuilt from y using the weight/bias of the row's lane in a 32-wide tile
 // (DeepSpeed #692), computed here in long double from the inputs (not by the panel's engine),
 // each sum rounded once: the dialect names it, and the correct outputs are not explained by it.
