@@ -356,6 +356,7 @@ std::optional<std::int64_t> fitted_colsum_rows(const Ctx& x) {
     const long double rstd = 1 / std::sqrt(var / static_cast<long double>(n) + static_cast<long double>(x.c.epsilon));
     for (std::int64_t j = 0; j < n; ++j) xh[static_cast<std::size_t>(j)] = (xt->data[at(j)] - mean) * rstd;
     const std::int64_t k = r + 1;
+    const long double slack = 8 * u * std::sqrt(static_cast<long double>(k));  // times the largest partial sum
     long double ratio = 0;
     for (std::size_t s = 0; s < S; ++s)
       for (std::size_t j = 0; j < N; ++j) {
@@ -365,7 +366,7 @@ std::optional<std::int64_t> fitted_colsum_rows(const Ctx& x) {
         p += t;
         long double& m = largest[s * N + j];
         m = std::max({m, std::fabs(p), std::fabs(t)});
-        const long double bound = 8 * u * std::sqrt(static_cast<long double>(k)) * m;
+        const long double bound = slack * m;
         const long double err = std::fabs(p - (*sums[s].second)[j]);
         ratio = std::max(ratio, bound > 0 ? err / bound : (err > 0 ? kInf : 0));
       }
