@@ -34,8 +34,10 @@ echo
 echo "=== oneDNN without its flush-to-zero declaration, held to its recorded finding (conformance/candidates/onednn/)"
 # Under its declaration oneDNN conforms (the correct candidates above); judged without it, its
 # flushed bfloat16 subnormals FAIL: a known finding. Where oneDNN is not built, builtin:onednn
-# does not exist and the step says so.
-if "$normcheck" candidates | grep -q "builtin:onednn"; then
+# does not exist and the step says so. (The list is read whole first: under pipefail,
+# `candidates | grep -q` fails when grep stops at the match and normcheck gets SIGPIPE.)
+candidates=$("$normcheck" candidates)
+if grep -q "builtin:onednn" <<<"$candidates"; then
   "$normcheck" fixtures generate --cases "$root/docs/findings/onednn-bf16-flush.json" -o "$out/onednn-bf16-flush.h5" --force
   "$normcheck" run --candidate builtin:onednn --fixtures "$out/onednn-bf16-flush.h5" --ignore-flush-declaration \
     --known-findings "$root/conformance/candidates/onednn/known_findings.json" \
