@@ -177,7 +177,8 @@ inline constexpr std::array kFaults{
                "DeepSpeed #692", "backward with unequal weights", mutant},
     FaultEntry{"dweight_first_rows_only", 'G', "dweight/dbias summed over the first 1024 rows only",
                "column sums (dweight, dbias) over the rows one launch grid covers, the first 1024, the rest never added",
-               "the silent partial-grid class of ROCm/rocm-libraries #10198 and PaddlePaddle #31144",
+               "the silent partial-grid class of ROCm/rocm-libraries #10198 and PaddlePaddle #31144; lavapipe's "
+               "shader loop limit under ggml-vulkan, the first 21845 rows (docs/FINDINGS.md#lavapipe-loop-limit)",
                "backward over more than 1024 rows (`*_prod_rows1040_bwd`)", mutant},
     FaultEntry{"rows_beyond_grid_limit", 'G', "rows from 65535 on never computed",
                "launch grid capped at 65535 rows: rows from 65535 on never computed", "apex #411", "`*_rows65537`",
