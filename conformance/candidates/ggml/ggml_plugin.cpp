@@ -189,8 +189,9 @@ void* init(char* err, size_t err_len) {
     fini(s);
     return nullptr;
   }
-  s->what = std::string(ggml_backend_dev_name(s->dev)) + " (" + ggml_backend_dev_description(s->dev) + ")";
-  s->llvmpipe = std::string(ggml_backend_dev_description(s->dev)).find("llvmpipe") != std::string::npos;
+  const std::string description = ggml_backend_dev_description(s->dev);
+  s->what = std::string(ggml_backend_dev_name(s->dev)) + " (" + description + ")";
+  s->llvmpipe = description.find("llvmpipe") != std::string::npos;
 #if !NC_GGML_VULKAN && !NC_GGML_CUDA
   s->what += ", variant " + variant;
 #endif

@@ -349,12 +349,12 @@ std::optional<std::int64_t> fitted_colsum_rows(const Ctx& x) {
     long double mean = 0, var = 0;
     for (std::int64_t j = 0; x.spec.centre && j < n; ++j) mean += xt->data[at(j)];
     mean /= static_cast<long double>(n);
-    for (std::int64_t j = 0; j < n; ++j) {
-      const long double d = xt->data[at(j)] - mean;
-      var += d * d;
+    for (std::size_t j = 0; j < N; ++j) {
+      xh[j] = xt->data[at(static_cast<std::int64_t>(j))] - mean;  // scaled by rstd below
+      var += xh[j] * xh[j];
     }
     const long double rstd = 1 / std::sqrt(var / static_cast<long double>(n) + static_cast<long double>(x.c.epsilon));
-    for (std::int64_t j = 0; j < n; ++j) xh[static_cast<std::size_t>(j)] = (xt->data[at(j)] - mean) * rstd;
+    for (auto& v : xh) v *= rstd;
     const std::int64_t k = r + 1;
     const long double slack = 8 * u * std::sqrt(static_cast<long double>(k));  // times the largest partial sum
     long double ratio = 0;
@@ -384,9 +384,8 @@ std::optional<std::int64_t> fitted_colsum_rows(const Ctx& x) {
 // and the number of rows the outputs say were summed (fitted, above), where that is another.
 std::vector<Variant> colsum_rows_variants(const Ctx& x) {
   std::vector<Variant> out;
-  const std::int64_t rows = ref::geometry_of(x.c).rows;
   for (std::int64_t limit : {256, 1024, 4096, 65535}) {
-    if (limit >= rows) break;
+    if (limit >= x.g.rows) break;
     K k = x.spec;
     k.colsum_rows = limit;
     out.push_back(Variant{k, {{"rows_summed", static_cast<double>(limit)}}});
