@@ -41,6 +41,13 @@ ref::Case make_case(ref::Op op, ref::Affine affine, std::int64_t rows, std::int6
   return c;
 }
 
+// The certified outputs of `fc`, as a kernel that is right would return them.
+Outputs certified(const fix::FixtureCase& fc) {
+  Outputs o;
+  for (const auto& [name, out] : fc.expected) o[name] = out.value;
+  return o;
+}
+
 // The correctly rounded outputs of `faulty`, for the outputs the spec case has with the same shape.
 Outputs outputs_of(const ref::Case& faulty, const fix::FixtureCase& spec) {
   Outputs o;
@@ -300,21 +307,20 @@ TEST(Diagnosis, BackwardReductionFaults) {
   c.direction = ref::Direction::backward;
   c.inputs["dy"] = ref::Tensor{DType::float32, {8, 64}, normal(rng, 512, 0, 1, DType::float32)};
   const auto fc = fixture_of(c);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   for (const char* name : {"dweight", "dbias"})
     for (std::size_t j = 0; j < got[name].data.size(); ++j)
       got[name].data[j] = ref::round_to(fc.expected.at(name).f64[j], DType::bfloat16);
   expect_first(fc, got, "column_sums_bf16");
 
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  got = certified(fc);
   for (std::size_t j = 32; j < 64; ++j) got["dweight"].data[j] = got["dbias"].data[j] = 0;
   expect_first(fc, got, "column_sums_columns_dropped");
   const auto d = diagnose(fc, got);
   EXPECT_EQ(d[0].parameters.at("columns_dropped"), 64) << "32 columns of dweight and of dbias";
 
   // Correct outputs: the bfloat16 interval does not explain float32 sums.
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  got = certified(fc);
   for (const auto& x : diagnose(fc, got, {.keep = 100})) {
     if (x.dialect == "column_sums_bf16") {
       EXPECT_GT(x.score, 100) << "explains correct float32 sums: " << x.evidence;
@@ -340,8 +346,7 @@ Outputs with_first_rows_summed(const fix::FixtureCase& fc, std::int64_t summed) 
   for (std::size_t i = static_cast<std::size_t>(summed) * cols; i < f.inputs["dy"].data.size(); ++i)
     f.inputs["dy"].data[i] = 0;
   const auto part = fixture_of(f);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   for (const char* name : {"dweight", "dbias"})
     if (part.expected.count(name)) got[name] = part.expected.at(name).value;
   return got;
@@ -373,8 +378,7 @@ std::string ranking_of(const std::vector<Diagnosis>& d);  // below
 TEST(Diagnosis, ColumnSumsOverTheFirstRowsOnly) {
   for (std::int64_t rows : {1040, 1000}) {
     const auto fc = fixture_of(ln_backward_case(rows, 9));
-    Outputs right;
-    for (const auto& [name, out] : fc.expected) right[name] = out.value;
+    Outputs right = certified(fc);
     const auto named = [&](const std::vector<Diagnosis>& d) {
       return std::find_if(d.begin(), d.end(), [](const Diagnosis& x) { return x.dialect == "column_sums_first_rows"; });
     };
@@ -417,8 +421,7 @@ TEST(Diagnosis, ColumnSumsOverAFittedNumberOfRows) {
   const auto rms = fixture_of(c);
   fitted(diagnose(rms, with_first_rows_summed(rms, 2000)));
   // The certified outputs: no count is fitted to them, nothing is named.
-  Outputs right;
-  for (const auto& [name, out] : rms.expected) right[name] = out.value;
+  Outputs right = certified(rms);
   for (const auto& x : diagnose(rms, right, {.keep = 100}))
     if (x.dialect == "column_sums_first_rows") {
       EXPECT_FALSE(x.explains) << x.evidence;
@@ -436,8 +439,7 @@ TEST(Diagnosis, DweightWrongLaneParameters) {
   c.direction = ref::Direction::backward;
   c.inputs["dy"] = ref::Tensor{DType::float32, {rows, cols}, normal(rng, rows * cols, 0, 1, DType::float32)};
   const auto fc = fixture_of(c);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   const auto& x = c.inputs.at("x").data;
   const auto& w = c.inputs.at("weight").data;
   const auto& b = c.inputs.at("bias").data;
@@ -460,7 +462,7 @@ TEST(Diagnosis, DweightWrongLaneParameters) {
   expect_first(fc, got, "dweight_wrong_lane_params");
   EXPECT_EQ(diagnose(fc, got)[0].parameters.at("tile"), 32);
 
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  got = certified(fc);
   for (const auto& d : diagnose(fc, got, {.keep = 100}))
     if (d.dialect == "dweight_wrong_lane_params") {
       EXPECT_GT(d.score, 100) << "explains correct sums: " << d.evidence;
@@ -474,8 +476,7 @@ TEST(Diagnosis, OnePassVarianceInFloat64) {
   auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, rows, cols, 1e4, 1e-3, DType::float64);
   c.dtype_compute = DType::float64;
   const auto fc = fixture_of(c);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   const auto& x = c.inputs.at("x").data;
   const auto& w = c.inputs.at("weight").data;
   const auto& b = c.inputs.at("bias").data;
@@ -621,8 +622,7 @@ TEST(Diagnosis, AxisFaultsBackwardFromTheReference) {
 TEST(Diagnosis, RowsNotComputed) {
   const auto c = make_case(ref::Op::rmsnorm, ref::Affine::weight, 40, 8, 0, 1);
   const auto fc = fixture_of(c);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   for (std::size_t i = 30 * 8; i < got["y"].data.size(); ++i) got["y"].data[i] = 0;
   for (std::size_t r = 30; r < 40; ++r) got["rstd"].data[r] = 0;
   expect_first(fc, got, "rows_not_computed");
@@ -678,8 +678,7 @@ TEST(Diagnosis, CorrectOutputsAreExplainedBestByTheSpec) {
   cases.push_back(bf);
   for (const auto& c : cases) {
     const auto fc = fixture_of(c);
-    Outputs got;
-    for (const auto& [name, out] : fc.expected) got[name] = out.value;
+    Outputs got = certified(fc);
     const auto allow = derive_allowances(c);
     const double spec = spec_score(fc, got, allow);
     EXPECT_LE(spec, 1.0);
@@ -693,8 +692,7 @@ TEST(Diagnosis, CorrectOutputsAreExplainedBestByTheSpec) {
 TEST(Diagnosis, SaysWhenNothingExplains) {
   const auto c = make_case(ref::Op::layernorm, ref::Affine::weight_bias, 4, 64, 0, 1);
   const auto fc = fixture_of(c);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   for (auto& v : got["y"].data) v = 7;
   const auto d = diagnose(fc, got);
   ASSERT_FALSE(d.empty());
@@ -745,8 +743,7 @@ TEST(Diagnosis, Float16TruncationIsNamedByItsDialectAlone) {
     for (unsigned seed : {1u, 2u, 3u}) {
       auto c = make_case(ref::Op::layernorm, affine, 8, 768, 0, 1, DType::float16, seed);
       const auto fc = fixture_of(c);
-      Outputs got;
-      for (const auto& [name, out] : fc.expected) got[name] = out.value;
+      Outputs got = certified(fc);
       const auto& y = fc.expected.at("y");
       for (std::size_t i = 0; i < y.f64.size(); ++i) got["y"].data[i] = truncated(y.f64[i], DType::float16);
       for (const char* red : {"any", "two_pass"}) {
@@ -854,8 +851,7 @@ TEST(Diagnosis, Float16TruncationDialectExplainsNothingElse) {
     for (unsigned seed : {1u, 2u}) {
       auto c = make_case(ref::Op::layernorm, affine, 8, 768, 0, 1, DType::float16, seed);
       const auto fc = fixture_of(c);
-      Outputs right;
-      for (const auto& [name, out] : fc.expected) right[name] = out.value;
+      Outputs right = certified(fc);
       auto eps = c;
       eps.epsilon = 1e-2;
       const std::vector<std::pair<std::string, Outputs>> outs = {
@@ -917,8 +913,7 @@ TEST(Diagnosis, OnePassVarianceWithTreeSums) {
   for (std::size_t i = 0; i < c.inputs["x"].data.size(); ++i)
     c.inputs["x"].data[i] = c.inputs["x"].data[i / 768 * 768];  // row r: its first value, 768 times
   const auto fc = fixture_of(c);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   const auto& x = c.inputs.at("x").data;
   const float eps = static_cast<float>(c.epsilon);
   for (std::size_t r = 0; r < 8; ++r) {
@@ -949,8 +944,7 @@ TEST(Diagnosis, OnePassVarianceClampedAtZero) {
   const std::int64_t rows = 8, cols = 1024;
   auto c = make_case(ref::Op::layernorm, ref::Affine::none, rows, cols, 1000, 0.1);
   const auto fc = fixture_of(c);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   const auto& x = c.inputs.at("x").data;
   const float eps = static_cast<float>(c.epsilon);
   int clamped = 0;
