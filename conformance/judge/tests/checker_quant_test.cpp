@@ -19,15 +19,10 @@ namespace normcheck::conf {
 namespace {
 
 using ref::DType;
+using test::certified;
 using test::fixture_of;
 using test::normal;
 using test::output;
-
-Outputs perfect(const fix::FixtureCase& fc) {
-  Outputs o;
-  for (const auto& [name, out] : fc.expected) o[name] = out.value;
-  return o;
-}
 
 // An RMSNorm with weight over [rows, cols] x of dtype `dt`, quantized by `preset`.
 ref::Case quant_case(const char* preset, std::int64_t rows, std::int64_t cols, DType dt, std::uint64_t seed,
@@ -51,7 +46,7 @@ TEST(CheckerQuant, CertifiedOutputsPassForEveryPreset) {
   for (const auto& [name, q] : ref::quant_presets()) {
     const auto c = quant_case(name.c_str(), 4, 64, DType::bfloat16, seed++);
     const auto fc = fixture_of(c);
-    const auto r = check_quant_case(fc, perfect(fc));
+    const auto r = check_quant_case(fc, certified(fc));
     EXPECT_EQ(r.verdict, Verdict::passed) << name << ": " << (r.outputs.empty() ? "" : r.outputs[0].reason);
     const auto& o = output(r, "q");
     EXPECT_EQ(o.flips_accepted, 0) << name;
@@ -80,7 +75,7 @@ TEST(CheckerQuant, AFlippedCodeAwayFromABoundaryFailsWithTheNumbers) {
   const auto c = quant_case("vllm_static_fp8", 4, 64, DType::bfloat16, 11);
   const auto fc = fixture_of(c);
   const std::size_t k = far_from_boundaries(fc);
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   const int code = static_cast<int>(got["q"].data[k]);
   got["q"].data[k] = code + 1;  // the next code up (same sign), one step away
   const auto r = check_quant_case(fc, got);
@@ -114,7 +109,7 @@ TEST(CheckerQuant, ANeighbourAtATieIsAcceptedAndCounted) {
   const auto& q = fc.expected.at("q");
   ASSERT_TRUE(q.ties[0]);
   ASSERT_TRUE(q.ties[1]);
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   const int c0 = static_cast<int>(q.value.data[0]);
   const int other = ref::encode(ref::Elem::e4m3fn, 288) == c0 ? ref::encode(ref::Elem::e4m3fn, 320)
                                                                : ref::encode(ref::Elem::e4m3fn, 288);
@@ -143,7 +138,7 @@ TEST(CheckerQuant, ATieOfAnExactActivationValueIsDecidedByRne) {
   c.inputs["weight"].data = w;
   c.inputs["scale"].data = {1.0};
   const auto fc = fixture_of(c);
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   const int c0 = static_cast<int>(got["q"].data[0]);
   got["q"].data[0] = ref::encode(ref::Elem::e4m3fn, 288) == c0 ? ref::encode(ref::Elem::e4m3fn, 320)
                                                                : ref::encode(ref::Elem::e4m3fn, 288);
@@ -154,7 +149,7 @@ TEST(CheckerQuant, ATieOfAnExactActivationValueIsDecidedByRne) {
 TEST(CheckerQuant, AWrongScaleFails) {
   {  // dynamic per-token: one row's scale doubled
     const auto fc = fixture_of(quant_case("vllm_dynamic_fp8", 4, 64, DType::bfloat16, 5));
-    Outputs got = perfect(fc);
+    Outputs got = certified(fc);
     got["scale"].data[2] *= 2;
     const auto r = check_quant_case(fc, got);
     EXPECT_EQ(r.verdict, Verdict::failed);
@@ -163,7 +158,7 @@ TEST(CheckerQuant, AWrongScaleFails) {
   }
   {  // MX: one block's E8M0 exponent one up
     const auto fc = fixture_of(quant_case("ocp_mxfp8", 4, 64, DType::bfloat16, 6));
-    Outputs got = perfect(fc);
+    Outputs got = certified(fc);
     got["scale"].data[3] += 1;
     const auto r = check_quant_case(fc, got);
     EXPECT_EQ(r.verdict, Verdict::failed);
@@ -171,7 +166,7 @@ TEST(CheckerQuant, AWrongScaleFails) {
   }
   {  // NVFP4: the global scale off by a factor of two
     const auto fc = fixture_of(quant_case("te_nvfp4", 4, 64, DType::bfloat16, 7));
-    Outputs got = perfect(fc);
+    Outputs got = certified(fc);
     got["global_scale"].data[0] *= 2;
     EXPECT_EQ(check_quant_case(fc, got).verdict, Verdict::failed);
   }
@@ -186,7 +181,7 @@ TEST(CheckerQuant, AScaleWithinItsAllowanceJudgesTheCodesAgainstIt) {
   const auto fc = fixture_of(c);
   const auto norm = ref::evaluate(ref::quant_norm_case(c));
   const auto& p = norm.outputs.at("y").value.data;
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   const double s = got["scale"].data[1];
   const double s2 = std::nextafter(static_cast<float>(s), INFINITY);
   got["scale"].data[1] = s2;
@@ -206,7 +201,7 @@ TEST(CheckerQuant, AnyScaleValueGetsAVerdict) {
   c.inputs["x"].data[3] = NAN;
   const auto fc = fixture_of(c);
   for (const double s : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
-    Outputs got = perfect(fc);
+    Outputs got = certified(fc);
     got["scale"].data[0] = got["scale"].data[1] = s;
     CaseResult r;
     EXPECT_NO_THROW(r = check_quant_case(fc, got)) << s;
@@ -232,7 +227,7 @@ TEST(CheckerQuant, ACodeWhoseValueIsMistrustedIsNotJudgedEvenIfNaN) {
   ASSERT_TRUE(std::isnan(derive_allowances(ref::quant_norm_case(c)).at("y").abs[0])) << "the premise: y MISTRUSTED";
   const auto fc = fixture_of(c);
   ASSERT_EQ(fc.expected.at("q").value.data[0], 0x38);  // y ~ 1: code 1.0
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   for (auto& v : got["q"].data) v = 0x7F;  // NaN codes (Welford's inf - inf)
   const auto r = check_quant_case(fc, got);
   EXPECT_EQ(output(r, "q").verdict, Verdict::mistrusted) << output(r, "q").reason;
@@ -244,7 +239,7 @@ TEST(CheckerQuant, ACodeWhoseValueIsMistrustedIsNotJudgedEvenIfNaN) {
   c.dtype_compute = DType::float32;
   c.inputs["x"].data = {1.0, std::numeric_limits<double>::quiet_NaN(), 2.0, 3.0};
   const auto fn = fixture_of(c);
-  Outputs nan_got = perfect(fn);
+  Outputs nan_got = certified(fn);
   ASSERT_EQ(nan_got["q"].data[0], 0x7F);
   nan_got["q"].data[0] = 0x7E;  // +448
   EXPECT_EQ(check_quant_case(fn, nan_got).verdict, Verdict::failed);
@@ -266,7 +261,7 @@ TEST(CheckerQuant, AnExactNaNOfAMistrustedValueIsNotJudged) {
   ASSERT_TRUE(std::isnan(derive_allowances(ref::quant_norm_case(c)).at("y").abs[0])) << "the premise: y MISTRUSTED";
   const auto fc = fixture_of(c);
   ASSERT_EQ(fc.expected.at("q").value.data[0], 0x7F);  // y = 0/0: the NaN code
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   for (auto& v : got["q"].data) v = 0x74;  // a number, as a bfloat16-compute kernel gives
   const auto r = check_quant_case(fc, got);
   EXPECT_EQ(output(r, "q").verdict, Verdict::mistrusted) << output(r, "q").reason;
@@ -299,23 +294,23 @@ TEST(CheckerQuant, Int8MinusOneTwentyEightWhereTheAllowanceReachesIt) {
   ASSERT_EQ(fc.expected.at("q").value.data[0], -127);
   ASSERT_EQ(fc.expected.at("q").value.data[1], -127);
   ASSERT_TRUE(fc.expected.at("q").certified[0]);
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   got["q"].data[0] = -128;
   const auto r = check_quant_case(fc, got);
   EXPECT_EQ(r.verdict, Verdict::passed) << output(r, "q").reason;
   EXPECT_EQ(output(r, "q").flips_accepted, 1);
-  got = perfect(fc);
+  got = certified(fc);
   got["q"].data[1] = -128;  // y = -127 exactly: no value within the allowance reaches -127.5
   EXPECT_EQ(output(check_quant_case(fc, got), "q").verdict, Verdict::failed);
 }
 
 TEST(CheckerQuant, MissingAndMalformedOutputs) {
   const auto fc = fixture_of(quant_case("vllm_dynamic_int8", 2, 64, DType::bfloat16, 9));
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   got.erase("scale");
   auto r = check_quant_case(fc, got);
   EXPECT_EQ(output(r, "scale").verdict, Verdict::missing);
-  got = perfect(fc);
+  got = certified(fc);
   got["q"].shape = {2, 32, 2};
   r = check_quant_case(fc, got);
   EXPECT_EQ(output(r, "q").verdict, Verdict::failed);

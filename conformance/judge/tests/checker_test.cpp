@@ -18,23 +18,17 @@ namespace normcheck::conf {
 namespace {
 
 using ref::DType;
+using test::certified;
 using test::fixture_of;
 using test::ln_case;
 using test::output;
 using test::normal;
 
-// The correctly rounded outputs: what a perfect candidate returns.
-Outputs perfect(const fix::FixtureCase& fc) {
-  Outputs o;
-  for (const auto& [name, out] : fc.expected) o[name] = out.value;
-  return o;
-}
-
 TEST(Checker, PerfectOutputsPass) {
   std::mt19937_64 rng(1);
   const auto c = ln_case(4, 64, normal(rng, 256, 0, 1, DType::float32));
   const auto fc = fixture_of(c);
-  const auto r = check_case(fc, perfect(fc), derive_allowances(c));
+  const auto r = check_case(fc, certified(fc), derive_allowances(c));
   EXPECT_EQ(r.verdict, Verdict::passed);
   for (const auto& o : r.outputs) EXPECT_LE(o.max_ulp, 0.5) << o.name;
 }
@@ -49,7 +43,7 @@ TEST(Checker, PlantedErrorsOfKnownSize) {
   const double exact = fc.expected.at("y").f64[k], a = allow.at("y").abs[k];
   ASSERT_GT(a, 0);
   for (const double f : {0.9, 1.1}) {
-    Outputs got = perfect(fc);
+    Outputs got = certified(fc);
     got["y"].data[k] = exact + f * a;  // float64 output: representable to far below a
     const auto r = check_case(fc, got, allow);
     const auto& y = output(r, "y");
@@ -72,11 +66,11 @@ TEST(Checker, NanMismatchesFailBothWays) {
   const auto fc = fixture_of(c);
   const auto allow = derive_allowances(c);
   ASSERT_TRUE(std::isnan(fc.expected.at("y").value.data[5]));
-  EXPECT_EQ(check_case(fc, perfect(fc), allow).verdict, Verdict::passed);  // NaN == NaN
-  Outputs got = perfect(fc);
+  EXPECT_EQ(check_case(fc, certified(fc), allow).verdict, Verdict::passed);  // NaN == NaN
+  Outputs got = certified(fc);
   got["y"].data[5] = 0;  // a number where the row must be NaN
   EXPECT_EQ(output(check_case(fc, got, allow), "y").failed, 1);
-  got = perfect(fc);
+  got = certified(fc);
   got["y"].data[1] = NAN;  // NaN leaking into a finite row
   const auto r = check_case(fc, got, allow);
   EXPECT_EQ(output(r, "y").failed, 1);
@@ -88,17 +82,17 @@ TEST(Checker, MissingWrongShapeWrongDtype) {
   const auto c = ln_case(2, 8, normal(rng, 16, 0, 1, DType::float32));
   const auto fc = fixture_of(c);
   const auto allow = derive_allowances(c);
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   got.erase("rstd");
   auto r = check_case(fc, got, allow);
   EXPECT_EQ(r.verdict, Verdict::missing);
   EXPECT_EQ(output(r, "rstd").verdict, Verdict::missing);
-  got = perfect(fc);
+  got = certified(fc);
   got["y"].shape = {16};
   r = check_case(fc, got, allow);
   EXPECT_EQ(r.verdict, Verdict::failed);
   EXPECT_NE(output(r, "y").reason.find("shape [16]"), std::string::npos);
-  got = perfect(fc);
+  got = certified(fc);
   got["mean"].dtype = DType::float16;
   EXPECT_NE(output(check_case(fc, got, allow), "mean").reason.find("dtype float16"), std::string::npos);
 }
@@ -112,7 +106,7 @@ TEST(Checker, ValuesTheDtypeCannotHoldFail) {
   const auto c = ln_case(2, 8, normal(rng, 16, 0, 1, DType::bfloat16), DType::bfloat16);
   const auto fc = fixture_of(c);
   const auto allow = derive_allowances(c);
-  Outputs got = perfect(fc);  // every value a bfloat16 value, held in doubles
+  Outputs got = certified(fc);  // every value a bfloat16 value, held in doubles
   auto r = check_case(fc, got, allow);
   reject_unrepresentable(r, got, {});
   EXPECT_EQ(r.verdict, Verdict::passed);
@@ -150,7 +144,7 @@ TEST(Checker, DeclaredFlushToZeroAcceptsOnlySubnormalZeros) {
   const auto fc = fixture_of(c);
   const auto allow = derive_allowances(c);
   const double min_normal = std::ldexp(1.0, -126);
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   int subnormal = 0;
   for (std::size_t i = 0; i < 8; ++i) {
     double& v = got["y"].data[i];
@@ -210,7 +204,7 @@ TEST(Tolerance, IllConditionedRowsAreMistrusted) {
   std::mt19937_64 rng(4);
   const auto c = ln_case(2, 4096, normal(rng, 8192, 1e4, 1e-3, DType::float32));
   const auto fc = fixture_of(c);
-  const auto r = check_case(fc, perfect(fc), derive_allowances(c));
+  const auto r = check_case(fc, certified(fc), derive_allowances(c));
   EXPECT_EQ(output(r, "y").verdict, Verdict::mistrusted);
   EXPECT_NE(output(r, "y").reason.find("too ill-conditioned for float32"), std::string::npos);
   EXPECT_EQ(output(r, "mean").verdict, Verdict::passed);
@@ -384,11 +378,11 @@ TEST(Checker, InfinityOnlyWhereTheValueOverflows) {
   c.inputs["weight"] = ref::Tensor{DType::float16, {16}, w};
   const auto fc = fixture_of(c);
   const auto allow = derive_allowances(c);
-  Outputs got = perfect(fc);
+  Outputs got = certified(fc);
   got["y"].data[0] = INFINITY;  // an ordinary element (|y| <= ~4): infinity is wrong
   EXPECT_EQ(output(check_case(fc, got, allow), "y").failed, 1);
   // Where the reference overflows, an infinity of the right sign is right.
-  got = perfect(fc);
+  got = certified(fc);
   const auto& y = fc.expected.at("y");
   int overflowing = 0;
   for (std::size_t i = 0; i < y.value.data.size(); ++i)
@@ -424,7 +418,7 @@ TEST(Tolerance, Float16AccumulatorOverflowIsMistrusted) {
     c.dtype_compute = DType::float16;
     const auto fc = fixture_of(c);
     const auto allow = derive_allowances(c);
-    Outputs got = perfect(fc);
+    Outputs got = certified(fc);
     got["y"].data = fp16_two_pass(c.inputs.at("x").data, c.epsilon);
     const auto r = check_case(fc, got, allow);
     if (a == 100) {

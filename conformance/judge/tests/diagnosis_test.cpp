@@ -21,6 +21,7 @@ namespace normcheck::conf {
 namespace {
 
 using ref::DType;
+using test::certified;
 using test::fixture_of;
 using test::normal;
 
@@ -39,13 +40,6 @@ ref::Case make_case(ref::Op op, ref::Affine affine, std::int64_t rows, std::int6
   if (affine == ref::Affine::weight_bias)
     c.inputs["bias"] = ref::Tensor{dt, {cols}, normal(rng, static_cast<std::size_t>(cols), 0, 0.5, dt)};
   return c;
-}
-
-// The certified outputs of `fc`, as a kernel that is right would return them.
-Outputs certified(const fix::FixtureCase& fc) {
-  Outputs o;
-  for (const auto& [name, out] : fc.expected) o[name] = out.value;
-  return o;
 }
 
 // The correctly rounded outputs of `faulty`, for the outputs the spec case has with the same shape.

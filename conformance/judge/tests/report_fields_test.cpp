@@ -14,6 +14,7 @@ namespace normcheck::conf {
 namespace {
 
 using ref::DType;
+using test::certified;
 using test::output;
 
 // Rows: [1, 2, 3, 4] (mean 2.5, sigma sqrt(1.25)), [5, 5, 5, 5] (sigma 0),
@@ -51,8 +52,7 @@ TEST(ReportFields, WhatTheCaseIsAndEachRowsMeanOverSigma) {
 TEST(ReportFields, HistogramsAndRowsLocateAPlantedError) {
   const auto fc = three_rows();
   const auto allow = derive_allowances(fc.c);
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   // Row 2, column 1: an error of 3 allowances (log2 3 in [1, 2): the bin of 2^1).
   const std::size_t k = 2 * 4 + 1;
   got["y"].data[k] = fc.expected.at("y").f64[k] + 3 * allow.at("y").abs[k];
@@ -88,8 +88,7 @@ TEST(ReportFields, ParameterGradientsHaveNoRows) {
   fc.c.inputs["bias"] = ref::Tensor{DType::float64, {4}, {0, 0, 0, 0}};
   fc.c.inputs["dy"] = ref::Tensor{DType::float64, {3, 4}, {1, -1, 1, -1, 1, 1, 1, 1, 0.5, 0.25, -1, 2}};
   fc.expected = ref::evaluate(fc.c).outputs;
-  Outputs got;
-  for (const auto& [name, out] : fc.expected) got[name] = out.value;
+  Outputs got = certified(fc);
   const auto r = check_case(fc, got, derive_allowances(fc.c));
   EXPECT_EQ(output(r, "dx").rows.size(), 3u);
   EXPECT_TRUE(output(r, "dweight").rows.empty());

@@ -47,4 +47,11 @@ inline fix::FixtureCase fixture_of(const ref::Case& c) {
   return fc;
 }
 
+// The certified outputs of `fc`, as a kernel that is right returns them.
+inline Outputs certified(const fix::FixtureCase& fc) {
+  Outputs o;
+  for (const auto& [name, out] : fc.expected) o[name] = out.value;
+  return o;
+}
+
 }  // namespace normcheck::conf::test
